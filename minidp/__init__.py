@@ -1,0 +1,32 @@
+"""minidp — data parallelism from scratch, checked against PyTorch.
+
+* ``minidp.comm`` — collectives from send/recv (ring and parameter-server all-reduce).
+* ``minidp.launch`` — worlds of ranks: processes, threads, torchrun.
+* ``minidp.dp`` — ``DataParallel`` the parameter-server way (threads, one process).
+* ``minidp.ddp`` — ``DistributedDataParallel`` from hooks and buckets.
+
+Start: ``python -m minidp demo ring``; test: ``pytest``.
+"""
+
+from minidp import comm, launch
+
+__version__ = "0.1.0"
+
+# The wrappers are imported on first use, so ``import minidp`` stays light and the
+# packages do not import each other at start-up.
+_LAZY = {
+    "DataParallel": "minidp.dp",
+    "DistributedDataParallel": "minidp.ddp",
+    "DistributedSampler": "minidp.ddp",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'minidp' has no attribute {name!r}")
+
+
+__all__ = ["DataParallel", "DistributedDataParallel", "DistributedSampler", "comm", "launch"]

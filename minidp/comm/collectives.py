@@ -1,0 +1,149 @@
+"""Broadcast, all-gather, reduce-scatter, barrier — and ``all_reduce`` choosing a ring or a server.
+
+All built from ``p2p`` send/recv; signatures mirror ``torch.distributed``. Each call
+first runs the cross-rank header check (``agree.py``), so mismatched calls raise on every
+rank instead of hanging.
+
+* ``broadcast``: the root sends the whole tensor to every rank (``n-1`` messages from the
+  root). Simple on purpose: DDP uses it once at start-up and for buffers.
+* ``all_gather`` and ``reduce_scatter``: one trip round the ring (``ring.ring_pass``), the
+  two halves of ring all-reduce on their own.
+* ``barrier``: the header exchange alone — nobody leaves before rank 0 heard from all.
+
+Test: ``pytest tests/test_collectives.py``
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minidp.comm import agree, ops, p2p
+from minidp.comm import group as groups
+from minidp.comm.naive import naive_all_reduce
+from minidp.comm.ring import _flat_inplace, ring_all_reduce, ring_pass
+
+ALGORITHMS = ("ring", "naive", "textbook")
+_SEGMENT_BYTES = 1 << 20  # pipeline all-gather / reduce-scatter in 1 MiB messages, like gloo
+
+
+def all_reduce(tensor: torch.Tensor, op="sum", group=None, algorithm: str = "ring") -> torch.Tensor:
+    """All-reduce in place with ``algorithm``: "ring" (gloo-exact), "naive" or "textbook"."""
+    if algorithm == "ring":
+        return ring_all_reduce(tensor, op, group)
+    if algorithm == "textbook":
+        return ring_all_reduce(tensor, op, group, layout="textbook")
+    if algorithm == "naive":
+        return naive_all_reduce(tensor, op, group)
+    raise ValueError(f"all_reduce: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+
+
+def _check_src(src: int, world: int, who: str) -> None:
+    if not isinstance(src, int) or not 0 <= src < world:
+        raise ValueError(
+            f"{who}: src must be a rank in [0, {world - 1}] for this group of {world}, got {src!r}"
+        )
+
+
+def broadcast(tensor: torch.Tensor, src: int = 0, group=None) -> torch.Tensor:
+    """Copy ``tensor`` from rank ``src`` to every rank, in place; returns it."""
+    g = groups.resolve(group)
+    rank, world = g.rank(), g.size()
+    with p2p.operation("broadcast"):
+        agree.agree(
+            g,
+            "broadcast",
+            tensor,
+            None,
+            extra=src if isinstance(src, int) else -1,
+            extra_name="src",
+        )
+        _check_src(src, world, "broadcast")
+        if world == 1 or tensor.numel() == 0:
+            return tensor
+
+        def body(flat: torch.Tensor) -> None:
+            if rank == src:
+                p2p.wait_all([p2p.isend(flat, r, g) for r in range(world) if r != src])
+            else:
+                p2p.irecv(flat, src, g).wait()
+
+        return _flat_inplace(tensor, body)
+
+
+def _even_chunks(n: int, world: int, element_size: int) -> tuple[list[tuple[int, int]], int]:
+    seg = max(_SEGMENT_BYTES // element_size, 1)
+    return [(i * n, (i + 1) * n) for i in range(world)], max(min(seg, n), 1)
+
+
+def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None) -> list:
+    """Fill ``tensor_list[r]`` with rank r's ``tensor`` on every rank (ring); returns the list."""
+    g = groups.resolve(group)
+    rank, world = g.rank(), g.size()
+    with p2p.operation("all_gather"):
+        agree.agree(
+            g, "all_gather", tensor, None, extra=len(tensor_list), extra_name="len(tensor_list)"
+        )
+        if len(tensor_list) != world:
+            raise ValueError(
+                f"all_gather: tensor_list has {len(tensor_list)} tensors but the group has "
+                f"{world} ranks — pass one output tensor per rank"
+            )
+        for i, out in enumerate(tensor_list):
+            if out.numel() != tensor.numel() or out.dtype != tensor.dtype:
+                raise ValueError(
+                    f"all_gather: tensor_list[{i}] is {tuple(out.shape)} {out.dtype} but the input "
+                    f"is {tuple(tensor.shape)} {tensor.dtype} — outputs must match the input"
+                )
+        n = tensor.numel()
+        flat = torch.empty(world * n, dtype=tensor.dtype)  # (world * numel,) rank-local
+        flat[rank * n : (rank + 1) * n] = tensor.reshape(-1)
+        if n and world > 1:
+            chunks, seg = _even_chunks(n, world, tensor.element_size())
+            ring_pass(flat, chunks, seg, g, None)
+        for i, out in enumerate(tensor_list):
+            out.copy_(flat[i * n : (i + 1) * n].view(out.shape))
+        return tensor_list
+
+
+def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op="sum", group=None):
+    """``output`` on rank r = reduction over ranks of ``input_list[r]`` (ring); returns it."""
+    g = groups.resolve(group)
+    rank, world = g.rank(), g.size()
+    with p2p.operation("reduce_scatter"):
+        try:
+            name = ops.normalize_op(op, "reduce_scatter")
+        except ValueError:
+            name = None
+        agree.agree(
+            g, "reduce_scatter", output, name, extra=len(input_list), extra_name="len(input_list)"
+        )
+        if name is None:
+            ops.normalize_op(op, "reduce_scatter")
+        ops.check_dtype(output, name, "reduce_scatter")
+        if len(input_list) != world:
+            raise ValueError(
+                f"reduce_scatter: input_list has {len(input_list)} tensors but the group has "
+                f"{world} ranks — pass one input tensor per rank"
+            )
+        n = output.numel()
+        for i, t in enumerate(input_list):
+            if t.numel() != n or t.dtype != output.dtype:
+                raise ValueError(
+                    f"reduce_scatter: input_list[{i}] is {tuple(t.shape)} {t.dtype} but output is "
+                    f"{tuple(output.shape)} {output.dtype} — every input must match the output"
+                )
+        flat = torch.cat([t.reshape(-1) for t in input_list])  # (world * numel,) rank-local copy
+        if n and world > 1:
+            chunks, seg = _even_chunks(n, world, output.element_size())
+            ring_pass(flat, chunks, seg, g, name)
+        mine = flat[rank * n : (rank + 1) * n]
+        ops.finish(name, mine, world)
+        output.copy_(mine.view(output.shape))
+        return output
+
+
+def barrier(group=None) -> None:
+    """Return only once every rank of the group has called ``barrier``."""
+    g = groups.resolve(group)
+    with p2p.operation("barrier"):
+        agree.agree(g, "barrier")

@@ -1,0 +1,51 @@
+"""The parameter-server ("naive") all-reduce: everybody talks to rank 0.
+
+Why keep it: it is the first thing anyone would write, it is what ``DataParallel``'s main
+device does, and measuring it next to the ring shows the problem the ring solves: rank 0
+receives ``(n-1)·S`` bytes and sends ``(n-1)·S`` bytes, so its link is the bottleneck and
+the time grows with ``n``; every ring rank moves ``2(n-1)/n·S``, nearly flat in ``n``.
+
+Rank 0 reduces in rank order: ``((x0 OP x1) OP x2) ...``.
+
+Test: ``pytest tests/test_collectives.py -k naive``
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minidp.comm import agree, ops, p2p
+from minidp.comm import group as groups
+from minidp.comm.ring import _flat_inplace
+
+
+def naive_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor:
+    """All-reduce ``tensor`` in place through rank 0 (the parameter server); returns it."""
+    g = groups.resolve(group)
+    with p2p.operation("naive_all_reduce"):
+        try:
+            name = ops.normalize_op(op, "naive_all_reduce")
+        except ValueError:
+            name = None
+        agree.agree(g, "naive_all_reduce", tensor, name)
+        if name is None:
+            ops.normalize_op(op, "naive_all_reduce")
+        ops.check_dtype(tensor, name, "naive_all_reduce")
+        rank, world = g.rank(), g.size()
+        if tensor.numel() == 0 or world == 1:
+            return tensor
+
+        def body(flat: torch.Tensor) -> None:
+            if rank == 0:
+                inbox = torch.empty((world - 1, flat.numel()), dtype=flat.dtype)  # (world-1, numel)
+                msgs = [p2p.irecv(inbox[r - 1], r, g) for r in range(1, world)]
+                for r in range(1, world):  # reduce in rank order as each arrives
+                    msgs[r - 1].wait()
+                    ops.combine(name, flat, inbox[r - 1])  # acc = acc OP x_r
+                ops.finish(name, flat, world)
+                p2p.wait_all([p2p.isend(flat, r, g) for r in range(1, world)])
+            else:
+                p2p.isend(flat, 0, g).wait()
+                p2p.irecv(flat, 0, g).wait()
+
+        return _flat_inplace(tensor, body)

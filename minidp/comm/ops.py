@@ -1,0 +1,91 @@
+"""Reduce ops and the dtypes they accept, shared by every collective.
+
+Ops may be given as strings ("sum", "avg", "max", "min", "product") or as
+``torch.distributed.ReduceOp`` values, like ``torch.distributed.all_reduce``.
+
+Why ``combine(local, acc)`` writes ``local OP acc`` into ``local``: gloo's ring adds the
+incoming partial sum *to* the local value (``acc = x[r] + acc``). IEEE addition is
+commutative, so the operand order does not change bits, but the *association* (which
+partial sums meet) does: that is fixed by the ring schedule in ``ring.py``.
+
+Test: ``pytest tests/test_collectives.py``
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+OPS = ("sum", "avg", "max", "min", "product")
+DTYPES = (
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+)
+_FROM_REDUCE_OP = {
+    dist.ReduceOp.SUM: "sum",
+    dist.ReduceOp.AVG: "avg",
+    dist.ReduceOp.MAX: "max",
+    dist.ReduceOp.MIN: "min",
+    dist.ReduceOp.PRODUCT: "product",
+}
+_ALIASES = {"prod": "product", "mean": "avg"}
+
+
+def normalize_op(op, who: str) -> str:
+    """Return the op's name, or raise a ValueError that lists the accepted ops."""
+    if isinstance(op, str):
+        name = _ALIASES.get(op.lower(), op.lower())
+        if name in OPS:
+            return name
+    else:
+        for reduce_op, name in _FROM_REDUCE_OP.items():
+            try:
+                if op == reduce_op:
+                    return name
+            except TypeError:
+                pass
+    raise ValueError(
+        f"{who}: unsupported op {op!r} — expected one of {', '.join(OPS)} "
+        "(a string or torch.distributed.ReduceOp)"
+    )
+
+
+def check_dtype(tensor: torch.Tensor, op: str, who: str) -> None:
+    """Raise a TypeError for a dtype/op pair the collectives do not support."""
+    if tensor.dtype not in DTYPES:
+        names = ", ".join(str(d).replace("torch.", "") for d in DTYPES)
+        raise TypeError(
+            f"{who}: dtype {tensor.dtype} is not supported — expected one of {names}. "
+            "Hint: cast with tensor.to(torch.float32) (bool: .to(torch.uint8))"
+        )
+    if op == "avg" and not tensor.dtype.is_floating_point:
+        raise TypeError(
+            f"{who}: op 'avg' needs a floating-point tensor but got {tensor.dtype} — "
+            "an integer average would have to round. Hint: use op='sum' and divide, "
+            "or cast to float first"
+        )
+
+
+def combine(op: str, local: torch.Tensor, acc: torch.Tensor) -> None:
+    """``local = local OP acc``, in place (avg sums here; the caller divides at the end)."""
+    if op in ("sum", "avg"):
+        torch.add(local, acc, out=local)
+    elif op == "product":
+        torch.mul(local, acc, out=local)
+    elif op == "max":
+        torch.maximum(local, acc, out=local)
+    else:
+        torch.minimum(local, acc, out=local)
+
+
+def finish(op: str, tensor: torch.Tensor, world_size: int) -> None:
+    """Apply the last step of ``op`` after the reduction (avg: divide by the world size)."""
+    if op == "avg":
+        tensor.div_(world_size)

@@ -1,0 +1,12 @@
+"""Start worlds of ranks: real processes (:func:`spawn`, :class:`ProcessWorld`), thread
+worlds for fast tests (:func:`run_threads`), and :func:`launch` for scripts that must also
+run unchanged under ``torchrun``.
+
+Test: ``pytest tests/test_launch.py``
+"""
+
+from minidp.launch.errors import WorkerError
+from minidp.launch.processes import ProcessWorld, launch, launched_by_torchrun, spawn
+from minidp.launch.threads import run_threads
+
+__all__ = ["ProcessWorld", "WorkerError", "launch", "launched_by_torchrun", "run_threads", "spawn"]

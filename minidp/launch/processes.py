@@ -1,0 +1,299 @@
+"""Real worlds of ranks: one process per rank, each in ``torch.distributed``'s default group.
+
+Run a function on 4 ranks::
+
+    import minidp
+    def main(rank, world_size):
+        t = torch.full((3,), float(rank))
+        minidp.comm.ring_all_reduce(t)
+        return t
+    results = minidp.launch.spawn(main, 4)        # one entry per rank, rank order
+
+Keep a world alive across many calls (what the tests do — starting a process costs ~1 s)::
+
+    with minidp.launch.ProcessWorld(4) as world:
+        a = world.run(main)
+        b = world.run(other)
+
+Rendezvous: the parent opens a ``TCPStore`` on a free loopback port (no port race) and
+every child joins it with ``init_process_group(backend, store=..., rank=, world_size=)``.
+The children also get the variables ``torchrun`` sets (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT, ...), so scripts can read them the same way in both.
+
+A rank that raises, dies or is killed: the parent collects every failure for a moment,
+raises :class:`WorkerError` naming the root cause (a rank's own exception beats a death
+beats a bystander's "connection lost"), and kills the remaining ranks. Children also
+watch their parent and exit if it disappears, so no process is left behind.
+
+Test: ``pytest tests/test_launch.py``
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import os
+import pickle
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import wait as wait_any
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from minidp.launch.errors import Failure, WorkerError
+
+GRACE_S = 1.0  # after the first failure, how long to wait for the other ranks' reports
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(1)  # the launcher is gone: do not linger as an orphan
+        time.sleep(0.5)
+
+
+def _worker(rank, world_size, port, backend, timeout, conn, parent_pid) -> None:
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    env = {
+        "RANK": rank,
+        "LOCAL_RANK": rank,
+        "WORLD_SIZE": world_size,
+        "LOCAL_WORLD_SIZE": world_size,
+        "GROUP_RANK": 0,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": port,
+    }
+    os.environ.update({k: str(v) for k, v in env.items()})
+    if "OMP_NUM_THREADS" not in os.environ and world_size > 1:
+        torch.set_num_threads(1)  # like torchrun: ranks sharing cores should not oversubscribe
+    try:
+        store = dist.TCPStore(
+            "127.0.0.1", port, world_size, False, datetime.timedelta(seconds=timeout)
+        )
+        dist.init_process_group(
+            backend,
+            store=store,
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
+        conn.send(("ready", None))
+    except BaseException as exc:
+        conn.send(("error", _describe(exc)))
+        return
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            break
+        if task is None:
+            break
+        fn, args = task
+        try:
+            conn.send(("ok", fn(rank, world_size, *args)))
+        except BaseException as exc:
+            conn.send(("error", _describe(exc)))
+    try:
+        dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+def _describe(exc: BaseException) -> tuple[str, str, str, bool]:
+    from minidp.comm.errors import PeerError
+
+    return type(exc).__name__, str(exc), traceback.format_exc(), isinstance(exc, PeerError)
+
+
+class ProcessWorld:
+    """``world_size`` long-lived rank processes that run functions on request.
+
+    Args:
+        world_size: number of ranks.
+        backend: "gloo" (CPU) or "nccl" (one GPU per rank).
+        timeout: seconds a collective may wait (the process group's timeout); also the
+            deadline for start-up.
+    """
+
+    def __init__(self, world_size: int, backend: str = "gloo", timeout: float = 60.0) -> None:
+        if world_size < 1:
+            raise ValueError(f"ProcessWorld: world_size must be >= 1, got {world_size}")
+        self.world_size = world_size
+        self.timeout = timeout
+        self.broken = False
+        self._store = dist.TCPStore(
+            "127.0.0.1",
+            0,
+            world_size,
+            True,
+            datetime.timedelta(seconds=timeout),
+            wait_for_workers=False,
+        )  # parent-held rendezvous server; its port is free by construction
+        ctx = mp.get_context("spawn")
+        self._conns = []
+        self._procs = []
+        for rank in range(world_size):
+            parent_end, child_end = ctx.Pipe()
+            p = ctx.Process(
+                target=_worker,
+                args=(rank, world_size, self._store.port, backend, timeout, child_end, os.getpid()),
+                name=f"minidp-rank{rank}",
+                daemon=True,
+            )
+            p.start()
+            child_end.close()
+            self._conns.append(parent_end)
+            self._procs.append(p)
+        self._collect("ProcessWorld start-up", timeout)
+
+    def run(self, fn: Callable[..., Any], *args, timeout: float | None = None) -> list:
+        """Run ``fn(rank, world_size, *args)`` on every rank; return results in rank order.
+
+        ``fn`` and ``args`` must be picklable (a module-level function). ``timeout``: a
+        deadline for the whole call (default: none beyond the collectives' own timeout).
+        """
+        if self.broken:
+            raise RuntimeError("ProcessWorld: this world already failed; start a new one")
+        try:
+            payload = pickle.dumps((fn, args))
+        except Exception as exc:
+            raise TypeError(
+                f"spawn: fn and args must be picklable to reach the rank processes, but "
+                f"{getattr(fn, '__qualname__', fn)!r} is not ({exc}). Hint: define fn at module "
+                "level (not a lambda or a nested function)"
+            ) from exc
+        for conn in self._conns:
+            conn.send_bytes(payload)
+        return self._collect("spawn", timeout)
+
+    def _collect(self, launcher: str, timeout: float | None) -> list:
+        results: list[Any] = [None] * self.world_size
+        pending = set(range(self.world_size))
+        failures: list[Failure] = []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        first_failure_at = None
+        while pending:
+            now = time.monotonic()
+            limits = [t for t in (deadline, first_failure_at and first_failure_at + GRACE_S) if t]
+            wait_s = None if not limits else max(min(limits) - now, 0.0)
+            ready = wait_any(
+                [self._conns[r] for r in pending] + [self._procs[r].sentinel for r in pending],
+                timeout=wait_s,
+            )
+            if not ready:
+                break  # deadline or grace period over
+            for r in sorted(pending):
+                conn, proc = self._conns[r], self._procs[r]
+                kind = None
+                if conn in ready:
+                    try:
+                        kind, value = conn.recv()
+                    except (EOFError, OSError):  # the pipe closed: the process is dying
+                        proc.join(2.0)
+                        kind, value = "dead", None
+                    if kind == "ok" or kind == "ready":
+                        results[r] = value
+                        pending.discard(r)
+                        continue
+                    if kind == "error":
+                        exc_type, message, tb, bystander = value
+                        failures.append(
+                            Failure(r, exc_type, message, tb, None, bystander, len(failures))
+                        )
+                        pending.discard(r)
+                        continue
+                if (conn in ready or proc.sentinel in ready) and not proc.is_alive():
+                    proc.join()
+                    failures.append(Failure(r, exitcode=proc.exitcode, order=len(failures)))
+                    pending.discard(r)
+                elif kind == "dead":  # pipe closed but the process will not exit
+                    failures.append(
+                        Failure(r, "RuntimeError", "closed its pipe", order=len(failures))
+                    )
+                    pending.discard(r)
+            if failures and first_failure_at is None:
+                first_failure_at = time.monotonic()
+        if failures or pending:
+            self.close(kill=True)
+            note = (
+                f"(ranks still running when the others failed: {sorted(pending)})"
+                if pending
+                else ""
+            )
+            if not failures:
+                failures.append(
+                    Failure(sorted(pending)[0], "TimeoutError", f"still running after {timeout:g}s")
+                )
+            raise WorkerError(failures, launcher, note)
+        return results
+
+    def close(self, kill: bool = False) -> None:
+        """Stop every rank (politely, or at once with ``kill``) and reap the processes."""
+        self.broken = True
+        for conn in self._conns:
+            if not kill:
+                try:
+                    conn.send(None)
+                except OSError:
+                    pass
+        for p in self._procs:
+            if kill and p.is_alive():
+                p.kill()
+        for p in self._procs:
+            p.join(5.0)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        for conn in self._conns:
+            conn.close()
+        self._conns = []
+
+    def __enter__(self) -> ProcessWorld:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._conns:
+            self.close()
+
+
+def spawn(
+    fn: Callable[..., Any], world_size: int, *args, backend: str = "gloo", timeout: float = 60.0
+) -> list:
+    """Start ``world_size`` rank processes, run ``fn(rank, world_size, *args)``, return results.
+
+    Raises:
+        WorkerError: a rank raised or died; names the first failing rank with its traceback
+            (or exit code / signal). All other ranks are stopped; no process is left behind.
+    """
+    with ProcessWorld(world_size, backend=backend, timeout=timeout) as world:
+        return world.run(fn, *args)
+
+
+def launched_by_torchrun() -> bool:
+    """True inside a process started by ``torchrun`` (env:// variables present)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
+
+
+def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "gloo") -> list:
+    """Run ``fn`` on every rank, whichever way the script was started.
+
+    * ``python script.py``: spawns ``world_size`` ranks with :func:`spawn`; returns every
+      rank's result.
+    * ``torchrun --nproc-per-node N script.py``: this process *is* one rank; joins the
+      default group from the env:// variables, runs ``fn(rank, world_size, *args)`` and
+      returns a list where only this rank's entry is filled.
+    """
+    if not launched_by_torchrun():
+        return spawn(fn, world_size, *args, backend=backend)
+    dist.init_process_group(backend)  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+    try:
+        rank, size = dist.get_rank(), dist.get_world_size()
+        out: list[Any] = [None] * size
+        out[rank] = fn(rank, size, *args)
+        return out
+    finally:
+        dist.destroy_process_group()

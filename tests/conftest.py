@@ -1,0 +1,29 @@
+"""Shared fixtures: long-lived worlds of rank processes, reused across the whole session.
+
+Starting a rank process costs about a second (it imports torch), so tests do not spawn
+per test: ``process_world(n)`` returns a cached ``ProcessWorld`` of ``n`` ranks, started on
+first use and restarted only if a test broke it (a failing rank marks it broken).
+Functions sent to the ranks must be module-level (picklable).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from minidp.launch import ProcessWorld
+
+
+@pytest.fixture(scope="session")
+def process_world():
+    worlds: dict[int, ProcessWorld] = {}
+
+    def get(world_size: int) -> ProcessWorld:
+        world = worlds.get(world_size)
+        if world is None or world.broken:
+            world = worlds[world_size] = ProcessWorld(world_size, timeout=60.0)
+        return world
+
+    yield get
+    for world in worlds.values():
+        if not world.broken:
+            world.close()
