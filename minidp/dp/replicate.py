@@ -1,0 +1,177 @@
+"""Replicate: one cheap copy of the module per device, wired to a differentiable broadcast.
+
+Test: ``pytest tests/test_dp_replicate.py``
+
+Every forward of DataParallel builds fresh replicas (that is the price of the design):
+
+1. **Parameters** go through :class:`Broadcast`, an autograd Function. Forward: device 0
+   gets the original tensors themselves (same storage), every other device gets a copy.
+   Backward: the gradients of the replicas are summed onto device 0 *in device order*,
+   ``((g0 + g1) + g2) + ...``, and autograd accumulates that sum into ``param.grad``.
+   That sum is the whole "parameter server" of DataParallel — and the extra work of the
+   main device.
+2. **Buffers** (BatchNorm's running stats) are copied *detached*: no gradient to send.
+   Replica 0 holds the original buffers, so its in-place updates persist; the copies'
+   updates are thrown away with the replicas — exactly as in torch.
+3. **Modules** are shallow copies: a new object per submodule whose attribute dict is a
+   copy of the original's (so config, hooks and ``training`` are shared by reference),
+   with its own parameter, buffer and child tables pointing at the per-device tensors.
+   No ``deepcopy``: nothing but the tensors is duplicated.
+
+The replicas' tensors are plain (non-leaf) attributes, not ``nn.Parameter``s, so
+``replica.parameters()`` is empty, like torch's replicas: you cannot train a replica.
+
+Under ``torch.no_grad()`` (``detach=True``) parameters are copied without autograd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from minidp.dp.devices import DeviceLike, as_device
+
+
+class Broadcast(torch.autograd.Function):
+    """Copies of tensors on every device; backward = sum of the copies' gradients."""
+
+    @staticmethod
+    def forward(ctx, devices: Sequence[torch.device], *tensors: torch.Tensor):
+        ctx.source = tensors[0].device
+        ctx.num_tensors = len(tensors)
+        outputs = []  # device-major: [t0@d0, t1@d0, ..., t0@d1, t1@d1, ...]
+        for slot, device in enumerate(devices):
+            for t in tensors:
+                # Slot 0 returns the input itself: autograd turns it into a view of the
+                # original, so replica 0 shares storage with the model.
+                outputs.append(t if slot == 0 else t.to(device, copy=True))
+        frozen = [
+            outputs[slot * len(tensors) + i]
+            for i, needs in enumerate(ctx.needs_input_grad[1:])
+            if not needs
+            for slot in range(len(devices))
+        ]
+        ctx.mark_non_differentiable(*frozen)
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        n = ctx.num_tensors
+        sums = []
+        for i in range(n):
+            per_device = grads[i::n]  # tensor i's gradient from each replica, device order
+            # Root first, then the others one by one: ((g0 + g1) + g2) + ...; float
+            # addition is not associative, so this order is part of the result.
+            total = per_device[0].to(ctx.source)
+            for g in per_device[1:]:
+                total = total + g.to(ctx.source)
+            sums.append(total)
+        return (None, *sums)
+
+
+def broadcast(
+    tensors: Sequence[torch.Tensor], devices: Sequence[torch.device], detach: bool = False
+) -> list[list[torch.Tensor]]:
+    """``tensors`` (all on ``devices[0]``) on every device: ``result[slot][i]``.
+
+    With ``detach=True`` the copies carry no autograd history; slot 0 holds the originals.
+    """
+    if not tensors:
+        return [[] for _ in devices]
+    if detach:
+        return [
+            [t.detach() if slot == 0 else t.detach().to(d, copy=True) for t in tensors]
+            for slot, d in enumerate(devices)
+        ]
+    flat = Broadcast.apply(list(devices), *tensors)
+    n = len(tensors)
+    return [list(flat[slot * n : (slot + 1) * n]) for slot in range(len(devices))]
+
+
+def check_on_device(module: nn.Module, device: torch.device, role: str = "device_ids[0]") -> None:
+    """Raise if any parameter or buffer of ``module`` is not on ``device``."""
+    named = [("parameter", n, t) for n, t in module.named_parameters()]
+    named += [("buffer", n, t) for n, t in module.named_buffers()]
+    for kind, name, t in named:
+        if t.device != device:
+            raise RuntimeError(
+                f"DataParallel: {kind} '{name}' is on {t.device} but {role} is {device} — "
+                f"move the model with .to({str(device)!r}) first"
+            )
+
+
+def shallow_copy(module: nn.Module) -> nn.Module:
+    """A new module object sharing everything with ``module`` except its tensor tables.
+
+    ``nn.Module`` keeps parameters, buffers and children in three dicts (``_parameters``,
+    ``_buffers``, ``_modules``); the copy gets its own, so filling them never touches the
+    original. (``torch.func.functional_call`` would avoid touching them, but it swaps the
+    tensors *on the shared module*, which threads running side by side cannot do.)
+    """
+    replica = module.__new__(type(module))
+    replica.__dict__ = module.__dict__.copy()  # config, hooks, training flag: shared refs
+    # Real parameters leave the table (replicate sets the copies as plain attributes);
+    # absent ones (bias=False) stay, so ``replica.bias`` is still None.
+    replica._parameters = {k: None for k, v in module._parameters.items() if v is None}
+    replica._buffers = dict(module._buffers)
+    replica._modules = dict(module._modules)
+    return replica
+
+
+def replicate(
+    network: nn.Module, devices: Sequence[DeviceLike], detach: bool = False
+) -> list[nn.Module]:
+    """One replica of ``network`` per device; replica 0 shares the original tensors.
+
+    Args:
+        network: the model, every parameter and buffer on ``devices[0]``.
+        devices: one entry per replica (``"cpu"`` repeated = simulated devices).
+        detach: copy parameters without autograd (DataParallel passes
+            ``not torch.is_grad_enabled()``).
+
+    Raises:
+        RuntimeError: a parameter or buffer is not on ``devices[0]``.
+    """
+    devices = [as_device(d) for d in devices]
+    if not devices:
+        return []
+    check_on_device(network, devices[0], role="devices[0]")
+
+    params = list(network.parameters())  # de-duplicated: tied weights appear once
+    param_slot = {id(p): i for i, p in enumerate(params)}
+    param_copies = broadcast(params, devices, detach)  # [replica][param]
+
+    # Buffers that require grad (rare) are differentiable like parameters; the usual
+    # ones (running stats, counters) are copied detached.
+    buffers = list(network.buffers())
+    grad_buffers = [b for b in buffers if b.requires_grad and not detach]
+    plain_buffers = [b for b in buffers if not (b.requires_grad and not detach)]
+    buffer_copies = {}  # id(original buffer) -> per-replica copies
+    for group, copies in (
+        (grad_buffers, broadcast(grad_buffers, devices, detach=False)),
+        (plain_buffers, broadcast(plain_buffers, devices, detach=True)),
+    ):
+        for i, b in enumerate(group):
+            buffer_copies[id(b)] = [copies[slot][i] for slot in range(len(devices))]
+
+    modules = list(network.modules())  # de-duplicated: a shared submodule stays shared
+    module_slot = {id(m): i for i, m in enumerate(modules)}
+    replicas = [[shallow_copy(m) for m in modules] for _ in devices]  # [replica][module]
+
+    for slot, copies in enumerate(replicas):
+        for m, replica in zip(modules, copies):
+            # The tables themselves, not named_*(): those skip None entries and names
+            # that repeat an object, and a replica needs every name.
+            for key, child in m._modules.items():
+                if child is not None:
+                    replica._modules[key] = copies[module_slot[id(child)]]
+            for key, p in m._parameters.items():
+                if p is not None:
+                    # Not an nn.Parameter any more: a non-leaf tensor, a plain attribute.
+                    setattr(replica, key, param_copies[slot][param_slot[id(p)]])
+            for key, b in m._buffers.items():
+                if b is not None:
+                    replica._buffers[key] = buffer_copies[id(b)][slot]
+    return [copies[0] for copies in replicas]

@@ -1,0 +1,121 @@
+"""Scatter: cut the batch into one chunk per device; rebuild every container around it.
+
+Test: ``pytest tests/test_dp_scatter_gather.py -k scatter``
+
+Same rules as ``torch.nn.parallel.scatter`` / ``scatter_kwargs``:
+
+* a tensor is split with ``tensor.chunk(n, dim)``. ``chunk`` rounds the chunk size *up*,
+  so a small batch gives fewer chunks than devices (4 devices: batch 5 -> [2, 2, 1],
+  batch 3 -> [1, 1, 1]) and DataParallel then uses fewer replicas;
+* tuples, lists, namedtuples and dicts are rebuilt once per device around their scattered
+  members; ``zip`` stops at the shortest member, so the smallest split decides the count;
+* anything else (ints, strings, ``None``, empty containers) is repeated, one reference per
+  device (not copied: a replica that mutates it mutates everyone's).
+
+Two deliberate differences, both errors where torch would go on silently: an empty batch
+(torch runs every replica on an empty chunk) and a tensor that has no ``dim`` to split
+(torch fails deep inside a copy kernel). ``scatter_kwargs`` pads the shorter of inputs and
+kwargs to the same length (``()`` / ``{}``), which is what torch's padding means to do.
+
+Gradients flow back through ``chunk`` and ``.to`` (ordinary differentiable ops), so the
+gradient of the input is the replicas' gradients put back side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from minidp.dp.devices import DeviceLike, as_device
+
+
+def is_namedtuple(obj: Any) -> bool:
+    """True for instances of ``collections.namedtuple`` / ``typing.NamedTuple`` classes."""
+    return isinstance(obj, tuple) and hasattr(obj, "_fields") and hasattr(obj, "_asdict")
+
+
+def split_tensor(tensor: torch.Tensor, devices: Sequence[torch.device], dim: int) -> tuple:
+    """``tensor.chunk(len(devices), dim)``, chunk ``i`` moved to ``devices[i]``.
+
+    Returns as many chunks as ``chunk`` makes, which can be fewer than ``len(devices)``.
+
+    Raises:
+        ValueError: 0-dim tensor, ``dim`` out of range, or an empty batch.
+    """
+    shape = tuple(tensor.shape)
+    if tensor.dim() == 0:
+        raise ValueError(
+            f"DataParallel: cannot split a 0-dim tensor (value {tensor.item()!r}) along dim "
+            f"{dim}; expected a tensor with a batch dimension — pass plain numbers as Python "
+            f"values (they are repeated per device) or give the tensor a batch dimension"
+        )
+    if not -tensor.dim() <= dim < tensor.dim():
+        raise ValueError(
+            f"DataParallel: cannot split an input of shape {shape} along dim={dim}; expected "
+            f"dim in {-tensor.dim()}..{tensor.dim() - 1} — pass DataParallel(..., dim=...) "
+            f"matching the batch dimension of every input tensor"
+        )
+    if tensor.shape[dim] == 0:
+        raise ValueError(
+            f"DataParallel: got an empty batch (input shape {shape}, size 0 along dim {dim}); "
+            f"expected at least 1 sample — skip empty batches before calling the model"
+        )
+    chunks = tensor.chunk(len(devices), dim)  # sizes ceil(B/n), ..., the rest
+    return tuple(chunk.to(device) for chunk, device in zip(chunks, devices))
+
+
+def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> Any:
+    """Split ``inputs`` into one copy of its structure per device, tensors chunked on ``dim``.
+
+    Args:
+        inputs: a tensor, or any nesting of tuple / list / namedtuple / dict around tensors.
+        target_gpus: the devices (PyTorch's name; ``"cpu"`` entries are simulated devices).
+        dim: the batch dimension of every tensor.
+
+    Returns:
+        A tuple of chunks for a tensor, otherwise a list with one rebuilt structure per
+        device (as torch: ``scatter((x, 3), [0, 1])`` -> ``[(x0, 3), (x1, 3)]``).
+    """
+    devices = [as_device(d) for d in target_gpus]
+
+    def scatter_map(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return split_tensor(obj, devices, dim)
+        # For each container: scatter every member, then zip the per-device pieces back.
+        if is_namedtuple(obj):
+            return [type(obj)(*members) for members in zip(*map(scatter_map, obj))]
+        if isinstance(obj, tuple) and obj:
+            return list(zip(*map(scatter_map, obj)))
+        if isinstance(obj, list) and obj:
+            return [list(members) for members in zip(*map(scatter_map, obj))]
+        if isinstance(obj, dict) and obj:
+            # Each (key, value) item scatters to [(key, v0), (key, v1), ...].
+            return [type(obj)(items) for items in zip(*map(scatter_map, obj.items()))]
+        return [obj for _ in devices]  # not splittable: the same object on every device
+
+    return scatter_map(inputs)
+
+
+def scatter_kwargs(
+    inputs: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    target_gpus: Sequence[DeviceLike],
+    dim: int = 0,
+) -> tuple[tuple[Any, ...], tuple[dict[str, Any], ...]]:
+    """Scatter positional and keyword arguments; pad the shorter side to equal length.
+
+    Returns:
+        ``(inputs_per_device, kwargs_per_device)``, equally long: replica ``i`` is called as
+        ``module(*inputs_per_device[i], **kwargs_per_device[i])``. Both are empty when there
+        is nothing to scatter.
+    """
+    scattered_inputs = list(scatter(inputs, target_gpus, dim)) if inputs else []
+    scattered_kwargs = list(scatter(kwargs, target_gpus, dim)) if kwargs else []
+    # A replica with no positional chunk still gets its kwargs, and vice versa.
+    while len(scattered_inputs) < len(scattered_kwargs):
+        scattered_inputs.append(())
+    while len(scattered_kwargs) < len(scattered_inputs):
+        scattered_kwargs.append({})
+    return tuple(scattered_inputs), tuple(scattered_kwargs)
