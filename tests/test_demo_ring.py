@@ -1,0 +1,92 @@
+"""``python -m minidp demo ring``: runs non-interactively, draws every step, matches torch.
+
+Run: ``pytest tests/test_demo_ring.py``
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from minidp.demo import ring
+
+
+def test_record_ring_replays_the_real_run():
+    run = ring.record_ring(4, 12)
+    assert run.equal
+    assert len(run.steps) == 6
+    assert [s.phase for s in run.steps] == [ring.REDUCE_SCATTER] * 3 + [ring.ALL_GATHER] * 3
+    total = sum(run.inputs)
+    assert torch.equal(torch.cat(run.steps[-1].after[0]), total)
+    # after reduce-scatter, exactly one chunk per rank is final, a different one on each rank
+    finished = {
+        (r, c)
+        for r in range(4)
+        for c in range(4)
+        if torch.equal(run.steps[2].after[r][c], run.grid([total] * 4)[r][c])
+    }
+    assert len(finished) == 4 and len({c for _, c in finished}) == 4
+    assert run.data_bytes_sent == [2 * 3 * 96 // 4] * 4  # 2(n-1)/n * S
+
+
+@pytest.mark.parametrize("world,numel", [(2, 2), (3, 7), (5, 11)])
+def test_uneven_and_small_worlds(world, numel):
+    run = ring.record_ring(world, numel)
+    assert run.equal and len(run.steps) == 2 * (world - 1)
+
+
+def test_cli_output_and_check(capsys):
+    assert ring.main(["--world-size", "4", "--numel", "12", "--color", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "reduce-scatter, step 3 of 3" in out and "all-gather, step 3 of 3" in out
+    assert "torch.equal: True on every rank" in out
+    assert "\033[" not in out  # no colour when asked not to
+    assert "[1111 2222 3333]" in out
+
+
+def test_cli_colour_and_trace(tmp_path, capsys):
+    path = tmp_path / "ring.json"
+    assert (
+        ring.main(["--world-size", "3", "--numel", "6", "--color", "always", "--trace", str(path)])
+        == 0
+    )
+    assert "\033[" in capsys.readouterr().out
+    data = json.loads(path.read_text())
+    assert {e["pid"] for e in data["traceEvents"]} == {0, 1, 2}
+
+
+def test_bad_arguments_are_explained(capsys):
+    with pytest.raises(SystemExit):
+        ring.main(["--world-size", "1"])
+    assert "at least 2" in capsys.readouterr().err
+
+
+def test_step_mode_as_a_subprocess():
+    # --step waits for Enter: feed it newlines; NO_COLOR respected; the module entry point works
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "minidp",
+            "demo",
+            "ring",
+            "--world-size",
+            "3",
+            "--numel",
+            "6",
+            "--step",
+        ],
+        input="\n" * 10,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "NO_COLOR": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("(Enter: next step)") == 4
+    assert "torch.equal: True on every rank" in proc.stdout
+    assert "\033[" not in proc.stdout
