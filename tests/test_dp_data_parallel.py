@@ -130,6 +130,16 @@ def test_small_batch_uses_fewer_replicas():
     assert sorted(seen) == [(1, 6), (3, 6), (3, 6), (3, 6)]  # chunk: 3, 3, 3, 1
 
 
+def test_small_batch_with_non_tensor_kwargs_uses_one_pair_per_replica():
+    """torch pads the positional side by the unscattered length here and would call two
+    replicas without ``x``; scattering (args, kwargs) together gives two full calls."""
+    model, (x, scale), kwargs = make_case("kwargs", batch=2)
+    kwargs = {"mode": kwargs["mode"]}  # a non-tensor kwarg only
+    ref_out, ref_grads = per_chunk_reference(model, (x, scale), kwargs, n=4)
+    out = DataParallel(model, device_ids=CPU4)(x, scale, **kwargs)
+    assert all(torch.equal(a, b) for a, b in zip(tensors_of(out), tensors_of(ref_out)))
+
+
 def test_scalar_outputs_become_a_vector_with_a_warning():
     model = nn.Linear(6, 1)
     dp = DataParallel(nn.Sequential(model, nn.Flatten(0)), device_ids=["cpu"] * 3)

@@ -81,13 +81,19 @@ def broadcast(
     if not tensors:
         return [[] for _ in devices]
     if detach:
-        return [
-            [t.detach() if slot == 0 else t.detach().to(d, copy=True) for t in tensors]
-            for slot, d in enumerate(devices)
-        ]
+        return [[_plain_copy(t, slot, d) for t in tensors] for slot, d in enumerate(devices)]
     flat = Broadcast.apply(list(devices), *tensors)
     n = len(tensors)
     return [list(flat[slot * n : (slot + 1) * n]) for slot in range(len(devices))]
+
+
+def _plain_copy(t: torch.Tensor, slot: int, device: torch.device) -> torch.Tensor:
+    """Slot 0 keeps the original tensor; other slots get a copy without autograd history."""
+    if slot > 0:
+        return t.detach().to(device, copy=True)
+    # An nn.Parameter is detached (same storage) so the replica does not adopt it as its
+    # own parameter; a buffer stays the very same object.
+    return t.detach() if isinstance(t, nn.Parameter) else t
 
 
 def check_on_device(module: nn.Module, device: torch.device, role: str = "device_ids[0]") -> None:

@@ -104,18 +104,19 @@ def scatter_kwargs(
     target_gpus: Sequence[DeviceLike],
     dim: int = 0,
 ) -> tuple[tuple[Any, ...], tuple[dict[str, Any], ...]]:
-    """Scatter positional and keyword arguments; pad the shorter side to equal length.
+    """Scatter positional and keyword arguments together, one ``(args, kwargs)`` per device.
 
     Returns:
         ``(inputs_per_device, kwargs_per_device)``, equally long: replica ``i`` is called as
         ``module(*inputs_per_device[i], **kwargs_per_device[i])``. Both are empty when there
         is nothing to scatter.
     """
-    scattered_inputs = list(scatter(inputs, target_gpus, dim)) if inputs else []
-    scattered_kwargs = list(scatter(kwargs, target_gpus, dim)) if kwargs else []
-    # A replica with no positional chunk still gets its kwargs, and vice versa.
-    while len(scattered_inputs) < len(scattered_kwargs):
-        scattered_inputs.append(())
-    while len(scattered_kwargs) < len(scattered_inputs):
-        scattered_kwargs.append({})
-    return tuple(scattered_inputs), tuple(scattered_kwargs)
+    kwargs = kwargs or {}
+    if not inputs and not kwargs:
+        return (), ()
+    # Scattering the pair as one structure pads an empty side (``()`` / ``{}`` repeated,
+    # as torch pads) and, when both sides hold tensors, stops at the shorter split like
+    # every other container — torch compares against the unscattered length instead and
+    # fails later in parallel_apply.
+    pairs = scatter((tuple(inputs), kwargs), target_gpus, dim)  # [(args_i, kwargs_i), ...]
+    return tuple(args for args, _ in pairs), tuple(kw for _, kw in pairs)
