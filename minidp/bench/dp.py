@@ -1,0 +1,199 @@
+"""Benchmark: minidp DataParallel vs torch.nn.DataParallel vs one device, per training step.
+
+    python -m minidp bench dp                         # default: < 1 minute on 2 CPU cores
+    python -m minidp bench dp --devices 1,2,4 --batch 512 --steps 30
+    python -m minidp bench dp --width 256 --steps 5   # quick
+
+A step is forward + MSE loss + backward + SGD step on an MLP (``--width`` hidden units,
+three layers), timed as the median of ``--steps`` steps after warm-up steps.
+
+Intra-op threads are set to 1 by default (``--intra-op-threads``): otherwise every replica
+thread also fans each op out over all cores, and n replicas x cores threads oversubscribe
+the machine (times then swing by 10x from run to run).
+
+* **one device**: the plain model on the full batch.
+* **torch.nn.DataParallel**: the official wrapper. On a machine without GPUs it *is* the
+  plain model (its constructor finds no accelerator and forward calls the module), so on
+  CPU this row measures the same thing as "one device" — the table says so.
+* **minidp DataParallel** with ``n`` devices: on CPU, ``n`` simulated devices (threads
+  sharing the machine's cores), so this measures DP's overhead — replicate every step,
+  threads, the gather and the gradient sum — not a speed-up: the cores do not multiply.
+  On GPUs, real devices, next to torch's wrapper on the same devices.
+
+Also printed: the time ``replicate`` alone takes per step, and the per-device byte table
+of one minidp step (``minidp.dp.memory_report``).
+
+Test: ``pytest tests/test_dp_demo_bench.py -k bench``
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from minidp.dp import DataParallel, memory_report, replicate
+
+
+def make_model(width: int) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)
+    )
+
+
+class Chunked(nn.Module):
+    """The per-chunk definition of DP on one device: same arithmetic, no threads/replicas."""
+
+    def __init__(self, module: nn.Module, chunks: int) -> None:
+        super().__init__()
+        self.module, self.chunks = module, chunks
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.module(c) for c in x.chunk(self.chunks)])
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_steps(net: nn.Module, x, y, steps: int, warmup: int, device) -> float:
+    """Median seconds of one forward + backward + SGD step."""
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    times = []
+    for i in range(warmup + steps):
+        sync(device)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(net(x), y).backward()
+        opt.step()
+        sync(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_call(fn: Callable[[], object], steps: int, device) -> float:
+    times = []
+    for _ in range(steps + 2):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[2:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="minidp bench dp",
+        description="Step time of minidp DataParallel vs torch.nn.DataParallel vs one device.",
+    )
+    parser.add_argument("--devices", default="2,4", help="simulated device counts (CPU)")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--width", type=int, default=512, help="hidden units of the MLP")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per row")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument(
+        "--intra-op-threads",
+        type=int,
+        default=1,
+        help="torch.set_num_threads for every row (default 1; 0 keeps torch's default)",
+    )
+    args = parser.parse_args(argv)
+    threads_before = torch.get_num_threads()
+    if args.intra_op_threads > 0:
+        # Each replica thread would otherwise start its own pool of intra-op threads:
+        # n x cores threads fighting for the cores. One per op makes the rows comparable
+        # and leaves the parallelism to DataParallel's threads.
+        torch.set_num_threads(args.intra_op_threads)
+    try:
+        bench(args)
+    finally:
+        torch.set_num_threads(threads_before)  # a process-wide setting: put it back
+    return 0
+
+
+def bench(args: argparse.Namespace) -> None:
+    """Time every row, print the table and the byte report."""
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    main_dev = torch.device("cuda", 0) if gpus else torch.device("cpu")
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, args.width, generator=g).to(main_dev)
+    y = torch.randn(args.batch, 10, generator=g).to(main_dev)
+    base = make_model(args.width).to(main_dev)
+    n_params = sum(p.numel() for p in base.parameters())
+    print(
+        f"bench dp: MLP {args.width}x3 ({n_params / 1e6:.2f} M params), batch {args.batch}, "
+        f"median of {args.steps} steps (forward+backward+SGD) after {args.warmup} warm-up"
+    )
+    print(
+        f"machine: {f'{gpus} GPU(s)' if gpus else 'no GPU'}, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s)"
+    )
+
+    rows: list[tuple[str, int, float, str]] = []  # (name, devices, seconds, note)
+
+    def run(name: str, net: nn.Module, n: int, note: str = "") -> None:
+        print(f"  timing {name} ...", flush=True)
+        rows.append((name, n, time_steps(net, x, y, args.steps, args.warmup, main_dev), note))
+
+    run("one device (plain model)", copy.deepcopy(base), 1)
+    torch_dp = nn.DataParallel(copy.deepcopy(base))
+    n_torch = len(torch_dp.device_ids)
+    run(
+        "torch.nn.DataParallel",
+        torch_dp,
+        max(n_torch, 1),
+        "" if n_torch else "no GPU: it is the plain model",
+    )
+    if gpus:
+        configs = [list(range(gpus))]
+    else:
+        configs = [["cpu"] * int(k) for k in args.devices.split(",")]
+    replicate_times = []
+    for ids in configs:
+        ours = DataParallel(copy.deepcopy(base), device_ids=ids)
+        kind = "GPUs" if gpus else "simulated"
+        run(f"minidp DataParallel ({kind})", ours, len(ids))
+        replicate_once = lambda m=ours.module, d=ours.device_ids: replicate(m, d)  # noqa: E731
+        replicate_times.append((len(ids), time_call(replicate_once, args.steps, main_dev)))
+        if not gpus:
+            run(f"one device, {len(ids)} chunks in turn", Chunked(copy.deepcopy(base), len(ids)), 1)
+
+    one, official = rows[0][2], rows[1][2]
+    print()
+    head = f"{'configuration':<34} {'devices':>7} {'step ms':>9} {'vs one':>7} {'vs torch DP':>11}"
+    print(head)
+    print("-" * len(head))
+    for name, n, sec, note in rows:
+        line = f"{name:<34} {n:>7} {sec * 1e3:>9.2f} {sec / one:>6.2f}x {sec / official:>10.2f}x"
+        print(line + (f"  ({note})" if note else ""))
+    for n, sec in replicate_times:
+        print(f"  replicate() alone, {n} devices: {sec * 1e3:.2f} ms per step")
+    if not gpus:
+        print(
+            "  (CPU: simulated devices share the same cores, so the minidp rows show DP's "
+            "overhead, not a speed-up; compare each with its 'chunks in turn' row)"
+        )
+
+    ids = configs[-1]
+    print(f"\nbytes per device, one minidp step on {len(ids)} devices:")
+    report = memory_report(
+        DataParallel(copy.deepcopy(base), device_ids=ids),
+        x,
+        loss_fn=lambda out: nn.functional.mse_loss(out, y),
+    )
+    print(report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
