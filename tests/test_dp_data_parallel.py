@@ -48,6 +48,24 @@ def test_bit_exact_against_per_chunk_definition(name, n):
     assert all(torch.equal(p.grad, g) for p, g in zip(params, ref_grads))
 
 
+def test_bit_exact_along_dim_1():
+    class FeaturesFirst(nn.Module):  # x: (features, batch) -> (classes, batch)
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(6, 3)
+
+        def forward(self, x):
+            return self.fc(x.T).T
+
+    torch.manual_seed(0)
+    model, x = FeaturesFirst(), torch.randn(6, 11)
+    ref_out, ref_grads = per_chunk_reference(model, (x,), {}, 3, dim=1)
+    out = DataParallel(model, device_ids=["cpu"] * 3, dim=1)(x)
+    loss_of(out).backward()
+    assert out.shape == (3, 11) and torch.equal(out, ref_out)
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), ref_grads))
+
+
 def test_gradients_accumulate_like_torch_over_two_backwards():
     model, (x,), _ = make_case("mlp", batch=9)
     ref_model = copy.deepcopy(model)

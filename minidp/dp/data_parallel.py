@@ -77,6 +77,7 @@ class DataParallel(nn.Module):
             self.module.to(self.src_device_obj)  # one device: torch moves the model there
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        """scatter -> replicate -> parallel_apply -> gather; the output is on output_device."""
         if not self.device_ids:
             return self.module(*inputs, **kwargs)
         check_on_device(self.module, self.src_device_obj)

@@ -65,12 +65,12 @@ def _find_tensor(obj: Any) -> torch.Tensor | None:
     """The first tensor inside ``obj`` (depth first), to learn its device."""
     if isinstance(obj, torch.Tensor):
         return obj
-    items = obj.values() if isinstance(obj, dict) else obj
-    if isinstance(obj, dict | list | tuple):
-        for item in items:
-            found = _find_tensor(item)
-            if found is not None:
-                return found
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    for item in obj if isinstance(obj, list | tuple) else ():
+        found = _find_tensor(item)
+        if found is not None:
+            return found
     return None
 
 

@@ -61,6 +61,9 @@ class Broadcast(torch.autograd.Function):
         n = ctx.num_tensors
         sums = []
         for i in range(n):
+            if not ctx.needs_input_grad[1 + i]:  # a frozen parameter: nothing to send back
+                sums.append(None)
+                continue
             per_device = grads[i::n]  # tensor i's gradient from each replica, device order
             # Root first, then the others one by one: ((g0 + g1) + g2) + ...; float
             # addition is not associative, so this order is part of the result.
