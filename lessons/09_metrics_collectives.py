@@ -1,0 +1,150 @@
+# %% [markdown]
+# # Lesson 9 — evaluating on every rank: all_reduce, all_gather, broadcast
+#
+# Run: `python lessons/09_metrics_collectives.py`
+#
+# In a multi-process job each rank only sees its own shard of the evaluation set. To
+# report one number you combine the ranks' partial results with a collective, then
+# **print once** (from rank 0) — otherwise every rank prints its own, different,
+# "accuracy".
+#
+# * `all_reduce(sum)` of *counts* (correct, total) → the global accuracy, exactly;
+# * averaging the ranks' *accuracies* is wrong when shards differ in size (measured below);
+# * `all_gather` → every rank gets every rank's tensor (e.g. predictions; needs equal
+#   sizes, so pad and send the true lengths too);
+# * `broadcast` → one rank's value (a decision, a seed, a config) reaches everybody.
+#
+# 3 real rank processes. The test set is stored as files of different sizes and each
+# rank reads its own: 60% / 30% / 10% of the 1000 points.
+
+# %%
+import kit
+import torch
+import torch.distributed as dist
+
+from minidp.comm import all_gather, all_reduce, broadcast
+
+WORLD = 3
+N_TEST = kit.pick(1000, 100)
+TRAIN_STEPS = kit.pick(30, 5)
+
+
+FRACTIONS = [0.6, 0.3, 0.1]  # rank r's share of the test set
+
+
+def shard(n: int, rank: int, world: int) -> slice:
+    """Rank ``rank``'s contiguous block of the ``n`` test points."""
+    bounds = [0] + [round(n * sum(FRACTIONS[: r + 1])) for r in range(world)]
+    return slice(bounds[rank], bounds[rank + 1])
+
+
+def evaluate(rank: int, world: int, state: dict) -> dict:
+    model = kit.make_model(seed=0)
+    model.load_state_dict(state)  # same trained weights on every rank
+    x, y = kit.make_data(N_TEST, seed=99)
+    mine = shard(N_TEST, rank, world)
+    with torch.no_grad():
+        pred = model(x[mine]).argmax(1)
+    correct = (pred == y[mine]).sum()
+    local_acc = correct.item() / len(pred)
+    kit.say(
+        rank, f"shard {mine.start}:{mine.stop} ({len(pred)} points), local accuracy {local_acc:.4f}"
+    )
+
+    # all_reduce the counts, not the accuracies
+    counts = torch.tensor([correct.item(), len(pred)], dtype=torch.int64)
+    counts_torch = counts.clone()
+    all_reduce(counts)  # minidp ring
+    dist.all_reduce(counts_torch)  # torch.distributed, same inputs
+    global_acc = counts[0].item() / counts[1].item()
+
+    # the tempting mistake: average the ranks' accuracies
+    accs = torch.tensor([local_acc], dtype=torch.float64)
+    all_reduce(accs, op="avg")
+    kit.say0(rank, f"global accuracy from summed counts: {global_acc:.6f}")
+    kit.say0(rank, f"mean of per-rank accuracies:        {accs.item():.6f}  (not the same)")
+
+    # all_gather the predictions: pad to the longest shard, gather the lengths too
+    longest = max(
+        shard(N_TEST, r, world).stop - shard(N_TEST, r, world).start for r in range(world)
+    )
+    padded = torch.full((longest,), -1, dtype=torch.int64)
+    padded[: len(pred)] = pred
+    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    all_gather(lengths, torch.tensor([len(pred)]))
+    gathered = [torch.empty(longest, dtype=torch.int64) for _ in range(world)]
+    all_gather(gathered, padded)
+    gathered_torch = [torch.empty(longest, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(gathered_torch, padded)
+    every_pred = torch.cat([g[: int(n)] for g, n in zip(gathered, lengths)])
+
+    # broadcast: rank 0 decides something (here: which class it saw most) and tells all
+    decision = torch.tensor([int(torch.bincount(pred, minlength=4).argmax()) if rank == 0 else -1])
+    decision_torch = decision.clone()
+    broadcast(decision, src=0)
+    dist.broadcast(decision_torch, src=0)
+    kit.say(rank, f"rank 0's decision arrived: class {decision.item()}")
+    return {
+        "counts": counts,
+        "counts_torch": counts_torch,
+        "mean_of_accs": accs.item(),
+        "gathered": gathered,
+        "gathered_torch": gathered_torch,
+        "every_pred": every_pred,
+        "decision": decision,
+        "decision_torch": decision_torch,
+    }
+
+
+# %% [markdown]
+# ## Train once (the lesson-1 baseline), evaluate on 3 ranks
+
+# %%
+if __name__ == "__main__":
+    kit.title("Lesson 9: metrics on every rank — all_reduce, all_gather, broadcast")
+    model = kit.make_model(seed=0)
+    xt, yt = kit.make_data(TRAIN_STEPS * 64, seed=1)
+    kit.train_single(model, kit.batches(xt, yt, 64))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    res = kit.spawn(evaluate, WORLD, state)
+
+# %% [markdown]
+# ## Checks against one process and against torch.distributed
+# The single-process evaluation on the full test set is the truth. (The mean of
+# accuracies is only slightly off here because the three shards score alike; with
+# shard accuracies 0.9 / 0.5 / 0.1 on these 60/30/10% shards it would report 0.50
+# instead of the true 0.70.)
+
+# %%
+if __name__ == "__main__":
+    x, y = kit.make_data(N_TEST, seed=99)
+    with torch.no_grad():
+        pred = model(x).argmax(1)
+    truth = torch.tensor([(pred == y).sum().item(), N_TEST])
+    print(f"one process, all {N_TEST} points: accuracy {truth[0].item() / N_TEST:.6f}")
+    for r in range(WORLD):
+        kit.check(
+            f"rank {r}: all_reduce'd (correct, total) vs one process", res[r]["counts"], truth
+        )
+    kit.check(
+        "minidp all_reduce vs torch.distributed.all_reduce",
+        res[0]["counts"],
+        res[0]["counts_torch"],
+    )
+    kit.check_true(
+        "mean of per-rank accuracies differs from the true accuracy (uneven shards)",
+        res[0]["mean_of_accs"] != truth[0].item() / N_TEST,
+        f"{res[0]['mean_of_accs']:.6f} vs {truth[0].item() / N_TEST:.6f}",
+    )
+    kit.check(
+        "minidp all_gather vs torch.distributed.all_gather",
+        res[1]["gathered"],
+        res[1]["gathered_torch"],
+    )
+    kit.check("gathered predictions (unpadded) vs one process", res[2]["every_pred"], pred)
+    kit.check(
+        "minidp broadcast vs torch.distributed.broadcast, every rank",
+        [r["decision"] for r in res],
+        [r["decision_torch"] for r in res],
+    )
+    kit.done()
