@@ -30,7 +30,20 @@ def test_demo_small_batch_uses_fewer_devices(capsys):
 
 def test_bench_quick_run_prints_table_and_restores_threads(capsys):
     before = torch.get_num_threads()
-    args = ["--width", "32", "--batch", "16", "--steps", "2", "--warmup", "1", "--devices", "2"]
+    args = [
+        "--width",
+        "32",
+        "--batch",
+        "16",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--rounds",
+        "1",
+        "--devices",
+        "2",
+    ]
     assert bench_dp.main(args) == 0
     out = capsys.readouterr().out
     assert "torch.nn.DataParallel" in out

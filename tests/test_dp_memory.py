@@ -67,3 +67,17 @@ def test_error_report_needs_devices():
         ValueError, match=r"expected a DataParallel with devices but got device_ids=\[\]"
     ):
         memory_report(dp, torch.ones(2, 2))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2+ GPUs"
+)
+def test_gpu_report_has_measured_columns():
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8)).cuda()
+    report = memory_report(DataParallel(model, device_ids=[0, 1]), torch.randn(32, 64).cuda())
+    assert [r.device for r in report.rows] == ["cuda:0", "cuda:1"]
+    assert all(r.cuda_peak is not None and r.cuda_peak >= r.cuda_before for r in report.rows)
+    # the main device holds the model, the gathered output and the summed gradients
+    assert report.rows[0].cuda_peak > report.rows[1].cuda_peak
+    assert "cuda peak" in str(report)

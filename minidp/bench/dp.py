@@ -5,7 +5,8 @@
     python -m minidp bench dp --width 256 --steps 5   # quick
 
 A step is forward + MSE loss + backward + SGD step on an MLP (``--width`` hidden units,
-three layers), timed as the median of ``--steps`` steps after warm-up steps.
+three layers), timed as the median of ``--steps`` steps. The rows take turns in
+``--rounds`` rounds (each with its own warm-up), so a busy machine slows all rows alike.
 
 Intra-op threads are set to 1 by default (``--intra-op-threads``): otherwise every replica
 thread also fans each op out over all cores, and n replicas x cores threads oversubscribe
@@ -64,23 +65,40 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_steps(net: nn.Module, x, y, steps: int, warmup: int, device) -> float:
-    """Median seconds of one forward + backward + SGD step."""
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-    times = []
-    for i in range(warmup + steps):
+class Row:
+    """One configuration: a network, its optimizer and the step times measured so far."""
+
+    def __init__(self, name: str, net: nn.Module, devices: int, note: str = "") -> None:
+        self.name, self.net, self.devices, self.note = name, net, devices, note
+        self.opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+        self.times: list[float] = []
+
+    def step(self, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> float:
+        """Seconds of one forward + backward + SGD step."""
         sync(device)
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        nn.functional.mse_loss(net(x), y).backward()
-        opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(self.net(x), y).backward()
+        self.opt.step()
         sync(device)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        return time.perf_counter() - t0
+
+
+def time_rows(rows: list[Row], x, y, steps: int, warmup: int, rounds: int, device) -> None:
+    """Interleave the rows in ``rounds`` rounds, so a change in machine load (other jobs)
+    hits every row alike; keep the times after each round's warm-up steps."""
+    per_round = max(1, steps // rounds)
+    for r in range(rounds):
+        for row in rows:
+            print(f"  round {r + 1}/{rounds}: {row.name} ...", flush=True)
+            for i in range(warmup + per_round):
+                t = row.step(x, y, device)
+                if i >= warmup:
+                    row.times.append(t)
 
 
 def time_call(fn: Callable[[], object], steps: int, device) -> float:
+    """Median seconds of ``fn()`` over ``steps`` calls after two warm-up calls."""
     times = []
     for _ in range(steps + 2):
         sync(device)
@@ -99,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", default="2,4", help="simulated device counts (CPU)")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--width", type=int, default=512, help="hidden units of the MLP")
-    parser.add_argument("--steps", type=int, default=30, help="timed steps per row")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=90, help="timed steps per row")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per round")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds over the rows")
     parser.add_argument(
         "--intra-op-threads",
         type=int,
@@ -133,28 +152,25 @@ def bench(args: argparse.Namespace) -> None:
     n_params = sum(p.numel() for p in base.parameters())
     print(
         f"bench dp: MLP {args.width}x3 ({n_params / 1e6:.2f} M params), batch {args.batch}, "
-        f"median of {args.steps} steps (forward+backward+SGD) after {args.warmup} warm-up"
+        f"median of {args.steps} steps (forward+backward+SGD) per row, in {args.rounds} "
+        f"interleaved rounds"
     )
     print(
         f"machine: {f'{gpus} GPU(s)' if gpus else 'no GPU'}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s)"
     )
 
-    rows: list[tuple[str, int, float, str]] = []  # (name, devices, seconds, note)
-
-    def run(name: str, net: nn.Module, n: int, note: str = "") -> None:
-        print(f"  timing {name} ...", flush=True)
-        rows.append((name, n, time_steps(net, x, y, args.steps, args.warmup, main_dev), note))
-
-    run("one device (plain model)", copy.deepcopy(base), 1)
     torch_dp = nn.DataParallel(copy.deepcopy(base))
     n_torch = len(torch_dp.device_ids)
-    run(
-        "torch.nn.DataParallel",
-        torch_dp,
-        max(n_torch, 1),
-        "" if n_torch else "no GPU: it is the plain model",
-    )
+    rows = [
+        Row("one device (plain model)", copy.deepcopy(base), 1),
+        Row(
+            "torch.nn.DataParallel",
+            torch_dp,
+            max(n_torch, 1),
+            "" if n_torch else "no GPU: it is the plain model",
+        ),
+    ]
     if gpus:
         configs = [list(range(gpus))]
     else:
@@ -163,20 +179,23 @@ def bench(args: argparse.Namespace) -> None:
     for ids in configs:
         ours = DataParallel(copy.deepcopy(base), device_ids=ids)
         kind = "GPUs" if gpus else "simulated"
-        run(f"minidp DataParallel ({kind})", ours, len(ids))
+        rows.append(Row(f"minidp DataParallel ({kind})", ours, len(ids)))
         replicate_once = lambda m=ours.module, d=ours.device_ids: replicate(m, d)  # noqa: E731
         replicate_times.append((len(ids), time_call(replicate_once, args.steps, main_dev)))
         if not gpus:
-            run(f"one device, {len(ids)} chunks in turn", Chunked(copy.deepcopy(base), len(ids)), 1)
+            chunked = Chunked(copy.deepcopy(base), len(ids))
+            rows.append(Row(f"one device, {len(ids)} chunks in turn", chunked, 1))
+    time_rows(rows, x, y, args.steps, args.warmup, args.rounds, main_dev)
 
-    one, official = rows[0][2], rows[1][2]
+    one, official = (statistics.median(r.times) for r in rows[:2])
     print()
     head = f"{'configuration':<34} {'devices':>7} {'step ms':>9} {'vs one':>7} {'vs torch DP':>11}"
     print(head)
     print("-" * len(head))
-    for name, n, sec, note in rows:
-        line = f"{name:<34} {n:>7} {sec * 1e3:>9.2f} {sec / one:>6.2f}x {sec / official:>10.2f}x"
-        print(line + (f"  ({note})" if note else ""))
+    for r in rows:
+        sec = statistics.median(r.times)
+        line = f"{r.name:<34} {r.devices:>7} {sec * 1e3:>9.2f} {sec / one:>6.2f}x "
+        print(line + f"{sec / official:>10.2f}x" + (f"  ({r.note})" if r.note else ""))
     for n, sec in replicate_times:
         print(f"  replicate() alone, {n} devices: {sec * 1e3:.2f} ms per step")
     if not gpus:
