@@ -1,0 +1,141 @@
+"""Checks that turn DDP's silent failures (hangs, garbage) into errors that say what to fix.
+
+Local checks run before any communication, on the module alone: nothing to train, mixed
+devices, wrapping a module twice. Cross-rank checks (:func:`verify_same_model`) gather a
+small table from every rank with ``all_gather``, so *every* rank sees every rank's table
+and raises the same error together. (If only the odd rank raised, the others would wait
+in the next collective for a peer that has gone: a hang, or a timeout minutes later.)
+
+Test: ``pytest tests/test_ddp_errors.py``
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from minidp.comm import all_gather
+
+# Modules wrapped by a live minidp DDP (weak: a dropped wrapper frees its module).
+_wrapped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_DTYPES = [
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+]
+_DIMS = 7  # shape dims kept in the table; more are folded into numel
+
+
+def trainable_parameters(module: torch.nn.Module) -> tuple[list, list[str]]:
+    """Parameters that require grad, module by module, tied ones once; and their names.
+
+    The order (``named_modules()``, then each module's own parameters) is torch's: it
+    decides the first bucket layout, so it must match for the bits to match.
+    """
+    names = {}
+    for name, p in module.named_parameters():  # first name wins for tied parameters
+        names.setdefault(p, name)
+    params, seen = [], set()
+    for _, sub in module.named_modules():
+        for _, p in sub.named_parameters(recurse=False):
+            if p.requires_grad and p not in seen:
+                seen.add(p)
+                params.append(p)
+    return params, [names[p] for p in params]
+
+
+def check_module(module, wrapper_types: tuple) -> None:
+    """Raise for modules DDP cannot wrap; runs before any communication."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(
+            f"DistributedDataParallel: expected a torch.nn.Module, got {type(module).__name__}"
+        )
+    for name, sub in module.named_modules():
+        if isinstance(sub, wrapper_types) or (sub in _wrapped and _wrapped[sub]() is not None):
+            where = "the module" if not name else f"its submodule {name!r}"
+            raise ValueError(
+                f"DistributedDataParallel: {where} is already wrapped in a "
+                f"DistributedDataParallel — expected a plain module, got one that would have "
+                "its gradients reduced twice. Hint: wrap the inner module once "
+                "(DistributedDataParallel(ddp.module)), or drop the old wrapper first"
+            )
+    params = list(module.named_parameters())
+    if not any(p.requires_grad for _, p in params):
+        raise RuntimeError(
+            f"DistributedDataParallel: the module has no parameter that requires a gradient "
+            f"(it has {len(params)} parameters, all frozen) — there is nothing to "
+            "synchronize. Hint: set requires_grad=True on what you train, or do not wrap it"
+        )
+    devices = sorted({str(p.device) for _, p in params})
+    if len(devices) > 1:
+        per_device = {d: next(n for n, p in params if str(p.device) == d) for d in devices}
+        listing = ", ".join(f"{n!r} on {d}" for d, n in per_device.items())
+        raise ValueError(
+            f"DistributedDataParallel: expected every parameter on one device, got "
+            f"parameters on {len(devices)} devices ({listing}). Hint: module.to(device) "
+            "before wrapping; minidp's DDP runs one device per rank"
+        )
+
+
+def mark_wrapped(module: torch.nn.Module, ddp) -> None:
+    _wrapped[module] = weakref.ref(ddp)
+
+
+def _row(p: torch.Tensor, bucket: int) -> list[int]:
+    dims = list(p.shape[:_DIMS]) + [-1] * (_DIMS - min(p.dim(), _DIMS))
+    dtype = _DTYPES.index(p.dtype) if p.dtype in _DTYPES else 99
+    return [p.dim(), p.numel(), dtype, bucket, *dims]
+
+
+def _shape(row: list[int]) -> str:
+    dims = [d for d in row[4:] if d >= 0][: row[0]]
+    dtype = _DTYPES[row[2]] if row[2] < len(_DTYPES) else "?"
+    return f"{tuple(dims)} {str(dtype).replace('torch.', '')}"
+
+
+def verify_same_model(group, params: list, names: list[str], bucket_of: list[int]) -> None:
+    """Raise on every rank unless all ranks have the same parameters and bucket layout.
+
+    Two ``all_gather`` calls: first ``[number of parameters, number of buckets]`` (fixed
+    size, so it cannot itself mismatch), then one row per parameter (shape, dtype, bucket).
+    """
+    world, rank = group.size(), group.rank()
+    if world == 1:
+        return
+    head = torch.tensor([len(params), max(bucket_of) + 1], dtype=torch.int64)
+    heads = [torch.empty_like(head) for _ in range(world)]
+    all_gather(heads, head, group)
+    for r in range(world):
+        if heads[r][0] != heads[0][0]:
+            raise RuntimeError(
+                f"DistributedDataParallel: expected the same model on every rank, but rank "
+                f"{r} has {int(heads[r][0])} parameters that require grad while rank 0 has "
+                f"{int(heads[0][0])} (this is rank {rank}, with {len(params)}). Hint: build "
+                "the model identically on every rank (same code, same config)"
+            )
+    table = torch.tensor([_row(p, b) for p, b in zip(params, bucket_of)], dtype=torch.int64)
+    tables = [torch.empty_like(table) for _ in range(world)]
+    all_gather(tables, table, group)
+    for r in range(1, world):
+        for i in range(len(params)):
+            ref, got = tables[0][i].tolist(), tables[r][i].tolist()
+            if ref[:3] + ref[4:] != got[:3] + got[4:]:
+                raise RuntimeError(
+                    f"DistributedDataParallel: expected the same model on every rank, but "
+                    f"parameter {i} ({names[i]!r} on rank {rank}) has shape {_shape(got)} on "
+                    f"rank {r} and {_shape(ref)} on rank 0. Hint: build the model "
+                    "identically on every rank; a rank-dependent layer size is the usual cause"
+                )
+    for r in range(1, world):
+        if not torch.equal(tables[r][:, 3], tables[0][:, 3]) or heads[r][1] != heads[0][1]:
+            raise RuntimeError(
+                f"DistributedDataParallel: expected the same buckets on every rank, but rank "
+                f"{r} has {int(heads[r][1])} buckets and rank 0 has {int(heads[0][1])} (or "
+                f"they hold different parameters). Every bucket is one all-reduce, so the "
+                "ranks would disagree about what to send. Hint: pass the same bucket_cap_mb "
+                "and find_unused_parameters on every rank"
+            )

@@ -1,0 +1,312 @@
+"""The reducer: gradient-ready hooks fill buckets, full buckets are all-reduced during backward.
+
+One iteration, seen from here::
+
+    forward                 prepare_for_backward(): every bucket pending, hooks armed
+    backward, per param     hook: copy grad * (1/world_size) into the bucket's slot
+                            bucket full -> launch it (in index order) on the comm thread
+    last bucket launched    finalize: wait for every bucket, write results into .grad
+
+The rules, and why each one exists:
+
+* **Multiply by 1/world_size while copying, before the sum.** The copy has to happen
+  anyway, so the scaling is free there; and summing already-scaled values keeps fp16
+  sums from overflowing. It also fixes the bits: ``sum(g_r * (1/n))`` is not
+  ``sum(g_r) / n`` in floating point, and torch does the former.
+* **Launch strictly in bucket-index order**, even if a later bucket fills first. Every
+  rank must run the same all-reduces in the same order; gradients can become ready in a
+  different order on different ranks (threads, unused parameters), bucket indices cannot.
+* **Wait at the end of backward, not earlier**: the optimizer needs every averaged
+  gradient, and nothing before it does.
+* **Rebuild once**, after the first iteration: the first layout is a guess from the
+  parameter order; the second uses the order gradients really arrived in (rank 0's,
+  broadcast so every rank agrees).
+
+Test: ``pytest tests/test_ddp.py``; watch it: ``python -m minidp demo ddp``
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from minidp import trace
+from minidp.comm import all_reduce, broadcast
+from minidp.ddp import buckets as bk
+from minidp.ddp.comm_thread import CommThread
+from minidp.ddp.hooks import GradBucket
+from minidp.ddp.unused import unused_parameters
+
+
+class Reducer:
+    """Owns the buckets, the per-parameter hooks and the communication thread of one DDP."""
+
+    def __init__(self, params, names, group, caps, find_unused, as_view, algorithm, overlap):
+        self.params = params  # trainable parameters, DDP order (tied ones once)
+        self.names = names
+        self.group = group
+        self.world_size = group.size()
+        self.caps = caps
+        self.find_unused = find_unused
+        self.gradient_as_bucket_view = as_view
+        self.algorithm = algorithm
+        self.overlap = overlap
+        self.comm_hook = None
+        self.comm_state = None
+        self.comm = CommThread(group)
+        # First layout: buckets are made in parameter order, then REVERSED, because
+        # backward produces the last layers' gradients first.
+        first, _ = bk.compute_bucket_assignment_by_size(params, caps.initial_limits(find_unused))
+        self.assignment = list(reversed(first))
+        self.buckets: list[bk.Bucket] = []
+        self.locator: list[tuple[int, int]] = []
+        self.has_rebuilt = False
+        self.ready_order: list[int] = []  # param indices in gradient-ready order (iter 1)
+        self.expect_hooks = False  # armed by a synchronized forward
+        self.require_finalize = False  # some gradient was marked, finalize not reached yet
+        self.ready: set[int] = set()
+        self.unused: list[int] = []
+        self.marked_unused = True
+        self.local_used = torch.zeros(len(params), dtype=torch.int32)  # (n_params,) rank-local
+        self.next_bucket = 0
+        self.futures: list = []
+        self.used_future = None
+        self._handles: list = []
+
+    # ---- set-up ---------------------------------------------------------------------
+
+    def install(self) -> None:
+        """Allocate the buckets and register one post-accumulate-grad hook per parameter."""
+        self._set_buckets(self.assignment)
+        me = weakref.ref(self)  # hooks must not keep a dropped DDP alive
+
+        def make_hook(index: int):
+            def hook(param: torch.Tensor) -> None:
+                reducer = me()
+                if reducer is not None:
+                    reducer._on_grad_ready(index)
+
+            return hook
+
+        for i, p in enumerate(self.params):
+            self._handles.append(p.register_post_accumulate_grad_hook(make_hook(i)))
+        weakref.finalize(self, _remove_all, list(self._handles))
+
+    def _set_buckets(self, assignment: list[list[int]]) -> None:
+        self.assignment = assignment
+        self.buckets, self.locator = bk.build_buckets(assignment, self.params)
+        if self.gradient_as_bucket_view:
+            # Existing gradients move into the new buckets, and .grad becomes the view,
+            # so in-place accumulation (zero_grad(set_to_none=False)) lands in the bucket.
+            with torch.no_grad():
+                for bucket in self.buckets:
+                    for p, view in zip(bucket.params, bucket.views):
+                        if p.grad is not None and not _aliases(p.grad, bucket.buffer):
+                            view.copy_(p.grad)
+                            p.grad = view
+
+    # ---- forward side ---------------------------------------------------------------
+
+    def prepare_for_forward(self) -> None:
+        """At every grad-enabled forward: check the last backward finished; rebuild once."""
+        if self.require_finalize:
+            raise RuntimeError(self._unfinished_message())
+        if not self.find_unused and not self.has_rebuilt and self.ready_order:
+            self._rebuild()
+
+    def prepare_for_backward(self, output) -> None:
+        """Arm the hooks for the coming backward (a synchronized forward just ran)."""
+        self.expect_hooks = True
+        self.ready.clear()
+        self.next_bucket = 0
+        self.futures = [None] * len(self.buckets)
+        self.used_future = None
+        for bucket in self.buckets:
+            bucket.pending = len(bucket.params)
+        self.marked_unused = False
+        if self.find_unused:
+            self.unused = unused_parameters(output, self.params)
+
+    def _rebuild(self) -> None:
+        order = self.ready_order
+        if len(order) != len(self.params):
+            raise RuntimeError(
+                f"DDP internal error: recorded {len(order)} ready gradients for "
+                f"{len(self.params)} parameters"
+            )
+        tensors = [self.params[i] for i in order]
+        # No reversal here: the ready order already starts with the last layers.
+        assignment, _ = bk.compute_bucket_assignment_by_size(
+            tensors, self.caps.rebuild_limits(), tensor_indices=order
+        )
+        self._set_buckets(self._rank0_assignment(assignment))
+        self.has_rebuilt = True
+        self.ready_order = []
+
+    def _rank0_assignment(self, assignment: list[list[int]]) -> list[list[int]]:
+        """Every rank adopts rank 0's layout (ready order may differ between ranks)."""
+        n = len(self.params)
+        packed = torch.full((2 * n + 1,), -1, dtype=torch.int64)  # [indices.., count, sizes..]
+        packed[:n] = torch.tensor([i for b in assignment for i in b])
+        packed[n] = len(assignment)
+        packed[n + 1 : n + 1 + len(assignment)] = torch.tensor([len(b) for b in assignment])
+        broadcast(packed, 0, self.group)
+        flat, sizes = packed[:n].tolist(), packed[n + 1 : n + 1 + int(packed[n])].tolist()
+        out, start = [], 0
+        for size in sizes:
+            out.append(flat[start : start + size])
+            start += size
+        return out
+
+    # ---- backward side: hooks -------------------------------------------------------
+
+    def _on_grad_ready(self, index: int) -> None:
+        param = self.params[index]
+        if self.find_unused and param.grad is not None:
+            self.local_used[index] = 1  # counts inside no_sync too: used is used
+        if not self.expect_hooks:
+            return  # a backward DDP did not arm: no_sync, or a second backward
+        if trace.active:
+            trace.instant("grad ready", lane="backward", param=self.names[index], index=index)
+        if not self.marked_unused:
+            self.marked_unused = True
+            for i in self.unused:  # never getting a hook: ready now, with a zero slot
+                self._mark_ready(i)
+        self._mark_ready(index)
+
+    def _mark_ready(self, index: int) -> None:
+        if index in self.ready:
+            raise RuntimeError(
+                f"DDP: parameter {index} ({self.names[index]}) got its gradient twice in one "
+                "iteration — expected one gradient per parameter per backward. Hint: run "
+                "backward once per forward (or sum the losses first), and do not reuse a "
+                "parameter across reentrant checkpoints"
+            )
+        if not self.find_unused and not self.has_rebuilt:
+            self.ready_order.append(index)
+        self.ready.add(index)
+        self.require_finalize = True
+        b, pos = self.locator[index]
+        bucket = self.buckets[b]
+        self._copy_in(bucket, pos)
+        bucket.pending -= 1
+        if bucket.pending == 0:
+            self._launch_ready_buckets()
+        if self.next_bucket == len(self.buckets):
+            self._finalize()
+
+    def _copy_in(self, bucket: bk.Bucket, pos: int) -> None:
+        param, view = bucket.params[pos], bucket.views[pos]
+        grad = param.grad
+        with torch.no_grad():
+            if grad is None:
+                view.zero_()  # unused here: contribute zeros, other ranks may have values
+            elif not _aliases(grad, bucket.buffer):
+                if self.comm_hook is None:
+                    torch.mul(grad, 1.0 / self.world_size, out=view)  # scale while copying
+                else:
+                    view.copy_(grad)  # a hook averages by itself
+                if self.gradient_as_bucket_view:
+                    param.grad = view
+            elif self.comm_hook is None:
+                # .grad already IS the slot (gradient_as_bucket_view, grads not set to
+                # None): nothing to copy, so torch divides in place — x/n, not x*(1/n).
+                view.div_(self.world_size)
+
+    def _launch_ready_buckets(self) -> None:
+        if not self.overlap and any(b.pending for b in self.buckets):
+            return  # overlap=False: nothing leaves before the whole backward is done
+        while self.next_bucket < len(self.buckets) and self.buckets[self.next_bucket].pending == 0:
+            bucket = self.buckets[self.next_bucket]
+            if trace.active:
+                trace.instant(
+                    "bucket launch", lane="comm", bucket=bucket.index, bytes=bucket.nbytes
+                )
+            self.futures[bucket.index] = self.comm.submit(self._reduce, bucket)
+            self.next_bucket += 1
+        if self.next_bucket == len(self.buckets) and self.find_unused:
+            # Which parameters did *any* rank use? Globally unused ones keep .grad as is.
+            self.used_future = self.comm.submit(self._reduce_used, self.local_used.clone())
+
+    # ---- the communication thread ---------------------------------------------------
+
+    def _reduce(self, bucket: bk.Bucket) -> torch.Tensor:
+        with trace.span(f"all-reduce bucket {bucket.index}", lane="comm", bytes=bucket.nbytes):
+            if self.comm_hook is None:
+                return all_reduce(bucket.buffer, "sum", self.group, self.algorithm)
+            grad_bucket = GradBucket(bucket.index, len(self.buckets), bucket.buffer, bucket)
+            result = self.comm_hook(self.comm_state, grad_bucket).wait()
+        if not isinstance(result, torch.Tensor) or result.numel() != bucket.buffer.numel():
+            got = (
+                f"a tensor of {result.numel()} elements"
+                if torch.is_tensor(result)
+                else repr(result)
+            )
+            raise TypeError(
+                f"DDP comm hook {getattr(self.comm_hook, '__name__', self.comm_hook)}: its "
+                f"Future must hold one tensor of {bucket.buffer.numel()} elements (the "
+                f"bucket's buffer), got {got}. Hint: return fut.then(lambda f: buffer)"
+            )
+        return result
+
+    def _reduce_used(self, used: torch.Tensor) -> torch.Tensor:
+        return all_reduce(used, "sum", self.group, self.algorithm)  # (n_params,) int32
+
+    # ---- end of backward ------------------------------------------------------------
+
+    def _finalize(self) -> None:
+        self.expect_hooks = False
+        self.require_finalize = False
+        with trace.span("wait for buckets", lane="backward"):
+            results = [f.result() for f in self.futures]  # re-raises comm-thread errors
+            used = self.used_future.result() if self.used_future is not None else None
+        with torch.no_grad():
+            for bucket, result in zip(self.buckets, results):
+                self._write_back(bucket, bucket.views_of(result), used)
+        if self.find_unused:
+            self.local_used.zero_()
+
+    def _write_back(self, bucket: bk.Bucket, views_out: list, used) -> None:
+        for pos, (param, index) in enumerate(zip(bucket.params, bucket.indices)):
+            globally_unused = used is not None and int(used[index]) == 0
+            if self.gradient_as_bucket_view:
+                view_in = bucket.views[pos]
+                if views_out[pos] is not view_in:  # a hook returned a new tensor
+                    view_in.copy_(views_out[pos])
+                if not globally_unused and param.grad is None:
+                    param.grad = view_in
+            elif not globally_unused:  # nobody used it: .grad stays as it was (None)
+                if param.grad is None:
+                    param.grad = torch.empty_like(param).copy_(views_out[pos])
+                else:
+                    param.grad.copy_(views_out[pos])
+
+    def _unfinished_message(self) -> str:
+        missing = [i for i in range(len(self.params)) if i not in self.ready]
+        names = ", ".join(self.names[i] for i in missing)
+        rank = self.group.rank()
+        hint = (
+            "Since find_unused_parameters=True, this likely means that not all forward "
+            "outputs took part in computing the loss: make every output reach the loss."
+            if self.find_unused
+            else "Either pass find_unused_parameters=True to DistributedDataParallel, or make "
+            "every parameter (and every forward output) take part in computing the loss."
+        )
+        return (
+            "Expected to have finished reduction in the prior iteration before starting a "
+            "new one. This error indicates that your module has parameters that were not "
+            f"used in producing loss. {hint}\nParameter indices which did not receive grad "
+            f"for rank {rank}: {' '.join(map(str, missing))}\nParameters which did not "
+            f"receive grad for rank {rank}: {names}"
+        )
+
+
+def _aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True if ``a`` and ``b`` share storage (torch's ``is_alias_of``)."""
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _remove_all(handles: list) -> None:
+    for h in handles:
+        h.remove()
