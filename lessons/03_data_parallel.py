@@ -1,0 +1,156 @@
+# %% [markdown]
+# # Lesson 3 — replicate + parallel_apply = DataParallel
+#
+# Run: `python lessons/03_data_parallel.py`
+#
+# The two middle steps of `nn.DataParallel`, then the whole wrapper:
+#
+# * **replicate**: every forward, the model on the main device is copied to every other
+#   device. Replica 0 *is* the model (same storage); the copies go through a
+#   differentiable broadcast whose backward **adds the replicas' gradients on the main
+#   device** — that sum is DataParallel's "parameter server";
+# * **parallel_apply**: one Python thread per replica, replica i on chunk i.
+#
+# Then `minidp.DataParallel(model, device_ids=["cpu"] * 4)` trains lesson 1's baseline
+# and we compare the trajectory with one device. One process, several threads: the
+# articles' "DP is single-process, multi-threaded" — here you can see the threads.
+#
+# On this CPU-only machine `torch.nn.DataParallel` finds no accelerator and *is* the
+# plain module — the comparison says so.
+
+# %%
+import threading
+
+import kit
+import torch
+from torch import nn
+from torch.func import functional_call
+
+import minidp
+from minidp.dp import gather, parallel_apply, replicate, scatter
+
+kit.title("Lesson 3: replicate + parallel_apply -> DataParallel")
+torch.set_num_threads(1)  # the replica threads already share the cores
+DEVICES = ["cpu"] * 4
+STEPS = kit.pick(30, 4)
+BATCH = 64
+
+# %% [markdown]
+# ## 1. replicate: four replicas, one of them the model itself
+
+# %%
+model = kit.make_model(seed=0)
+replicas = replicate(model, DEVICES)
+w = model[0].weight
+for i, r in enumerate(replicas):
+    shares = r[0].weight.data_ptr() == w.data_ptr()
+    print(
+        f"replica {i}: 0.weight {'shares the model storage' if shares else 'is a copy        '}"
+        f"  grad_fn={type(r[0].weight.grad_fn).__name__}  parameters(): {len(list(r.parameters()))}"
+    )
+print("replicas hold plain tensors, not Parameters: you cannot train a replica, only the model")
+
+# %% [markdown]
+# ## 2. parallel_apply: one thread per replica
+
+# %%
+x, y = kit.make_data(BATCH)
+chunks = scatter(x, DEVICES)
+seen = {}
+
+
+def on_thread(i):
+    def run(xc):
+        seen[i] = threading.current_thread().name  # which thread ran replica i
+        return replicas[i](xc)
+
+    return run
+
+
+outs = parallel_apply([on_thread(i) for i in range(4)], [(c,) for c in chunks], devices=DEVICES)
+for i in range(4):
+    print(
+        f"replica {i} ran on thread {seen[i]!r}: {tuple(chunks[i].shape)} -> {tuple(outs[i].shape)}"
+    )
+
+# %% [markdown]
+# ## 3. backward: the replicas' gradients are summed into the model's `.grad`
+# Hooks on each replica's weight show the four pieces; the model's `.grad` is their sum,
+# added on the main device in device order: `((g0 + g1) + g2) + g3`.
+
+# %%
+pieces = {}
+for i, r in enumerate(replicas):
+    r[0].weight.register_hook(lambda g, i=i: pieces.__setitem__(i, g))
+nn.functional.cross_entropy(gather(outs, "cpu"), y).backward()
+summed = ((pieces[0] + pieces[1]) + pieces[2]) + pieces[3]
+for i in range(4):
+    print(f"replica {i}: d loss/d 0.weight, norm {pieces[i].norm():.5f}")
+print(f"model[0].weight.grad norm {w.grad.norm():.5f} = norm of the sum {summed.norm():.5f}")
+
+# %% [markdown]
+# ## 4. The wrapper: train lesson 1's baseline with 4 simulated devices
+# `minidp.DataParallel` chains scatter -> replicate -> parallel_apply -> gather on every
+# forward. Same model, same batches, same SGD as lesson 1.
+
+# %%
+data = kit.batches(*kit.make_data(STEPS * BATCH), BATCH)
+single = kit.make_model(seed=0)
+single_losses = kit.train_single(single, data)
+
+dp = minidp.DataParallel(kit.make_model(seed=0), device_ids=DEVICES)
+dp_losses = kit.train_single(dp, data)  # the same loop; the wrapper is just a module
+
+official = nn.DataParallel(kit.make_model(seed=0))
+print(f"torch.nn.DataParallel here: device_ids={official.device_ids} -> the plain module")
+torch_losses = kit.train_single(official, data)
+print(f"{'step':>4} {'one device':>11} {'minidp DP x4':>13} {'torch DP':>9}")
+for i in range(0, STEPS, max(STEPS // 6, 1)):
+    print(f"{i:>4} {single_losses[i]:>11.6f} {dp_losses[i]:>13.6f} {torch_losses[i]:>9.6f}")
+print(f"state_dict keys get a prefix: {list(dp.state_dict())[:2]} ...")
+
+# %% [markdown]
+# ## 5. Checks
+# * **the definition of a DP step, bit for bit**: every chunk goes through its own copy of
+#   the parameters (here `torch.func.functional_call` with per-chunk leaf copies, no
+#   threads, no replicate), outputs are concatenated, and the per-chunk gradients are
+#   summed in device order — minidp's step must produce the same bits;
+# * training with 4 simulated devices vs one device (lesson 1): the same numbers up to
+#   float32 rounding (the batch is split, so the sums round differently);
+# * `torch.nn.DataParallel` on this machine = one device, bit for bit.
+
+# %%
+step_model = kit.make_model(seed=0)
+xb, yb = data[0]
+dp_step = minidp.DataParallel(step_model, device_ids=DEVICES)
+dp_out = dp_step(xb)
+nn.functional.cross_entropy(dp_out, yb).backward()
+
+ref = kit.make_model(seed=0)
+names = [n for n, _ in ref.named_parameters()]
+copies = [
+    {n: p.detach().clone().requires_grad_() for n, p in ref.named_parameters()} for _ in range(4)
+]
+ref_out = torch.cat([functional_call(ref, c, (xc,)) for c, xc in zip(copies, xb.chunk(4))])
+nn.functional.cross_entropy(ref_out, yb).backward()
+ref_grads = [
+    ((copies[0][n].grad + copies[1][n].grad) + copies[2][n].grad) + copies[3][n].grad for n in names
+]
+
+kit.check("model .grad vs ((g0 + g1) + g2) + g3 from the replica hooks (section 3)", w.grad, summed)
+kit.check("DP output vs per-chunk definition", dp_out, ref_out)
+kit.check(
+    "DP gradients vs per-chunk gradients summed in device order",
+    [p.grad for p in step_model.parameters()],
+    ref_grads,
+)
+kit.check(
+    "4 simulated devices vs one device, after training",
+    dp.module,
+    single,
+    exact=False,
+    rtol=1e-4,
+    atol=1e-5,
+)
+kit.check("torch.nn.DataParallel (CPU: plain module) vs one device", official.module, single)
+kit.done()
