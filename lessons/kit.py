@@ -55,8 +55,9 @@ def machine() -> str:
     except OSError:
         pass
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
     return (
-        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
+        f"{cpu}, {os.cpu_count()} cores{load}, torch {torch.__version__} "
         f"({torch.get_num_threads()} intra-op threads), {gpus} GPU(s), "
         f"Python {platform.python_version()}"
     )
