@@ -41,8 +41,12 @@ def parity(process_world):
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_bit_identical_to_torch_ddp(parity, world_size, scenario):
+    exact_up_to = SCENARIOS[scenario][3].get("exact_up_to", max(WORLD_SIZES))
     for rank, results in enumerate(parity(world_size)):
         diffs = results[scenario]["diffs"]
+        if world_size > exact_up_to:  # another summation order: only rounding may differ
+            assert all(d[2] in ("value", "grad") and d[3] < 1e-5 for d in diffs), diffs
+            continue
         assert diffs == [], (
             f"rank {rank}: minidp differs from torch DDP (step, tensor, what, max |diff|): {diffs}"
         )
@@ -61,3 +65,9 @@ def test_scenarios_cover_several_buckets(parity):
     assert len(results["many_buckets"]["minidp_buckets"]) >= 3
     assert len(results["grad_as_view_kept"]["minidp_buckets"]) >= 3
     assert len(results["fp16_hook"]["minidp_buckets"]) >= 3
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_allreduce_gradients_after_backward_matches_torch_first_step(parity, world_size):
+    for results in parity(world_size):
+        assert results["allreduce_gradients"] == []

@@ -120,6 +120,10 @@ SCENARIOS = {
     ),
     "allreduce_hook": (MLP, _mlp_data, {"bucket_cap_mb": 0.001}, {"hook": "allreduce"}),
     "fp16_hook": (ConvBN, _conv_data, {"bucket_cap_mb": 0.001}, {"hook": "fp16"}),
+    # minidp-only options: same buckets launched after backward -> still bit-identical
+    "no_overlap": (MLP, _mlp_data, {"bucket_cap_mb": 0.001}, {"minidp": {"overlap": False}}),
+    # parameter server: rank 0 sums in rank order, so only 2 ranks (one addition) match
+    "naive": (MLP, _mlp_data, {}, {"minidp": {"algorithm": "naive"}, "exact_up_to": 2}),
 }
 
 
@@ -156,7 +160,7 @@ def run_scenario(rank: int, world: int, name: str, steps: int = 5) -> dict:
             p.add_(0.01 * rank)
     m_ref, m_mine = copy.deepcopy(model), copy.deepcopy(model)
     ref = nn.parallel.DistributedDataParallel(m_ref, **kwargs)
-    mine = minidp.DistributedDataParallel(m_mine, **kwargs)
+    mine = minidp.DistributedDataParallel(m_mine, **kwargs, **opts.get("minidp", {}))
     if opts.get("hook") == "allreduce":
         ref.register_comm_hook(None, torch_hooks.allreduce_hook)
         mine.register_comm_hook(None, minidp_hooks.allreduce_hook)
@@ -196,5 +200,20 @@ def run_scenario(rank: int, world: int, name: str, steps: int = 5) -> dict:
 
 def run_scenarios(rank: int, world: int, names: list[str]) -> dict:
     out = {name: run_scenario(rank, world, name) for name in names}
+    out["allreduce_gradients"] = simple_vs_torch(rank, world)
     dist.barrier()
     return out
+
+
+def simple_vs_torch(rank: int, world: int) -> list:
+    """``minidp.ddp.allreduce_gradients`` after backward == torch DDP's first iteration
+    (one bucket in parameter order, scaled by 1/world_size before the sum)."""
+    torch.manual_seed(5)
+    model = MLP()
+    m_ref, m_mine = copy.deepcopy(model), copy.deepcopy(model)
+    ref = nn.parallel.DistributedDataParallel(m_ref)
+    x, y = _mlp_data(torch.Generator().manual_seed(rank))
+    F.mse_loss(ref(x), y).backward()
+    F.mse_loss(m_mine(x), y).backward()
+    minidp.ddp.allreduce_gradients(m_mine)
+    return _diffs(0, m_ref, m_mine)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from minidp import trace
 from minidp.comm import broadcast
 from minidp.comm import group as groups
 from minidp.ddp import checks
@@ -117,7 +118,8 @@ class DistributedDataParallel(torch.nn.Module):
             self.reducer.prepare_for_forward()  # raises if the last backward never finished
         if self.require_forward_param_sync and self.broadcast_buffers:
             self._sync_buffers()
-        output = self.module(*inputs, **kwargs)
+        with trace.span("forward", lane="compute"):
+            output = self.module(*inputs, **kwargs)
         # The FORWARD decides whether the next backward synchronizes: that is why, with
         # no_sync(), the forward must run inside the context too. A forward outside arms
         # the hooks, and the backward then all-reduces even if it runs inside.

@@ -234,9 +234,12 @@ class Reducer:
     def _reduce(self, bucket: bk.Bucket) -> torch.Tensor:
         with trace.span(f"all-reduce bucket {bucket.index}", lane="comm", bytes=bucket.nbytes):
             if self.comm_hook is None:
-                return all_reduce(bucket.buffer, "sum", self.group, self.algorithm)
-            grad_bucket = GradBucket(bucket.index, len(self.buckets), bucket.buffer, bucket)
-            result = self.comm_hook(self.comm_state, grad_bucket).wait()
+                result = all_reduce(bucket.buffer, "sum", self.group, self.algorithm)
+            else:
+                grad_bucket = GradBucket(bucket.index, len(self.buckets), bucket.buffer, bucket)
+                result = self.comm_hook(self.comm_state, grad_bucket).wait()
+        if trace.active:
+            trace.instant("bucket finish", lane="comm", bucket=bucket.index)
         if not isinstance(result, torch.Tensor) or result.numel() != bucket.buffer.numel():
             got = (
                 f"a tensor of {result.numel()} elements"

@@ -1,0 +1,191 @@
+"""Classroom demo: one DistributedDataParallel step, hook by hook, bucket by bucket.
+
+    python -m minidp demo ddp                         # 2 rank processes
+    python -m minidp demo ddp --world-size 3
+    python -m minidp demo ddp --trace ddp.json        # also a Chrome trace (Perfetto)
+
+What it shows, from a real run (rank processes on gloo, ``minidp.trace`` recording):
+
+1. the constructor broadcasts rank 0's parameters (ranks start with different weights);
+2. the bucket layout: one bucket in the first iteration, then the rebuild in the order
+   gradients arrived, with each parameter's shape and bytes;
+3. the second step's backward on rank 0, in time order: gradient-ready hooks firing
+   from the last layer back, bucket launches between them, and the all-reduces running
+   on the communication thread while backward continues;
+4. one gradient before (per rank, local) and after averaging;
+5. the parity check: the same steps through ``torch.nn.parallel.DistributedDataParallel``
+   and ``torch.equal`` on every parameter of every rank.
+
+All output is printed once, by the launcher, with ``rank r:`` where ranks differ.
+
+Test: ``pytest tests/test_ddp_misc.py -k demo``
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+import torch
+from torch import nn
+
+import minidp
+from minidp import trace
+from minidp.launch import ProcessWorld
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    # Big enough that each layer's backward takes milliseconds: the all-reduce of the last
+    # layers then visibly runs while the first layers are still being differentiated.
+    return nn.Sequential(
+        nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+        nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10),
+    )  # fmt: skip
+
+
+def _layout(reducer) -> list[list[tuple[str, tuple, int]]]:
+    return [
+        [
+            (reducer.names[i], tuple(p.shape), p.numel() * p.element_size())
+            for i, p in zip(b.indices, b.params)
+        ]
+        for b in reducer.buckets
+    ]
+
+
+def _train_step(model, opt, x, y) -> None:
+    opt.zero_grad(set_to_none=True)
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+
+
+def _rank(rank: int, world: int, cap_mb: float) -> dict:
+    model = make_model()
+    with torch.no_grad():  # every rank starts different, to show the broadcast
+        for p in model.parameters():
+            p.add_(0.1 * rank)
+    first = model[0].weight[0, 0].item()
+    ref = nn.parallel.DistributedDataParallel(copy.deepcopy(model), bucket_cap_mb=cap_mb)
+    ddp = minidp.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
+    out = {"before": first, "after": model[0].weight[0, 0].item(), "layout1": _layout(ddp.reducer)}
+    g = torch.Generator().manual_seed(100 + rank)  # each rank its own data
+    batches = [
+        (torch.randn(1024, 256, generator=g), torch.randn(1024, 10, generator=g)) for _ in range(2)
+    ]
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    _train_step(ddp, opt, *batches[0])  # step 1: one bucket; records the ready order
+
+    x, y = batches[1]
+    local = copy.deepcopy(ddp.module)  # this rank's own gradient, before averaging
+    nn.functional.mse_loss(local(x), y).backward()
+    opt.zero_grad(set_to_none=True)
+    with trace.recording() as rec:
+        loss = nn.functional.mse_loss(ddp(x), y)  # forward: buckets are rebuilt here
+        loss.backward()
+    out["layout2"] = _layout(ddp.reducer)
+    out["events"] = rec.events
+    out["local_grad"] = local[6].bias.grad[:4].clone()
+    out["avg_grad"] = model[6].bias.grad[:4].clone()
+    opt.step()
+
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for bx, by in batches:
+        _train_step(ref, ref_opt, bx, by)
+    pairs = list(zip(ref.module.parameters(), model.parameters()))
+    out["equal"] = [torch.equal(a, b) for a, b in pairs]
+    return out
+
+
+def _print_layout(layout, indent="    ") -> None:
+    for b, params in enumerate(layout):
+        total = sum(n for _, _, n in params)
+        print(f"{indent}bucket {b} ({_size(total)}):")
+        line = ""
+        for name, shape, n in params:  # wrap between parameters, never inside one
+            item = f"{name} {shape} {_size(n)}"
+            if line and len(line) + len(item) > 80:
+                print(f"{indent}  {line.rstrip()}")
+                line = ""
+            line += ("| " if line else "") + item + " "
+        print(f"{indent}  {line.rstrip()}")
+
+
+def _print_events(events: list[dict], shapes: dict) -> None:
+    rows = []
+    for e in events:
+        name, a = e["name"], e.get("args", {})
+        if name == "grad ready":
+            rows.append((e["ts"], f"grad ready   {a['param']} {shapes.get(a['param'], '')}"))
+        elif name == "bucket launch":
+            rows.append((e["ts"], f"  -> launch bucket {a['bucket']} ({_size(a['bytes'])})"))
+        elif name.startswith("all-reduce bucket"):
+            b = name.split()[-1]
+            rows.append((e["ts"], f"{'':30}comm thread: all-reduce bucket {b} starts"))
+            rows.append((e["ts"] + e["dur"], f"{'':30}comm thread: all-reduce bucket {b} done"))
+        elif name == "wait for buckets":
+            rows.append((e["ts"], "last bucket launched: wait for all, write .grad"))
+    t0 = min(ts for ts, _ in rows)
+    for ts, text in sorted(rows, key=lambda r: r[0]):
+        print(f"    {(ts - t0) / 1000:7.2f} ms  {text}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="minidp demo ddp", description=__doc__.split("\n")[0])
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument(
+        "--bucket-cap-mb", type=float, default=0.25, help="0.25: one bucket per layer"
+    )
+    parser.add_argument("--trace", help="save every rank's events as a Chrome trace JSON")
+    args = parser.parse_args(argv)
+    w, cap = args.world_size, args.bucket_cap_mb
+    model = make_model()
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    n = sum(p.numel() for p in model.parameters())
+    print(f"minidp DDP: one training step on {w} ranks (processes, gloo on CPU)")
+    print(f"model: {model}\n{len(shapes)} parameter tensors, {n} elements\n")
+    with ProcessWorld(w) as world:
+        res = world.run(_rank, cap)
+
+    print("1. construction broadcasts rank 0's parameters (ranks started different):")
+    for r, o in enumerate(res):
+        note = "kept (it is the source)" if r == 0 else "now rank 0's value"
+        print(f"   rank {r}: 0.weight[0, 0] = {o['before']:+.4f} -> {o['after']:+.4f}  {note}")
+
+    print(f"\n2. buckets (cap {cap} MiB = {int(cap * 2**20)} B)")
+    print("   first iteration: ONE bucket, parameters in forward order — the order in which")
+    print("   gradients really arrive is not known yet:")
+    _print_layout(res[0]["layout1"])
+    print("   rebuilt at the 2nd forward, in the order gradients arrived (last layer first),")
+    print("   closing a bucket once it reaches the cap; rank 0's layout is broadcast:")
+    _print_layout(res[0]["layout2"])
+
+    print("\n3. step 2's backward on rank 0 (hooks on the autograd thread, all-reduces on")
+    print("   the communication thread; a bucket launches only after every lower one):")
+    _print_events(res[0]["events"], shapes)
+
+    print("\n4. gradient of 6.bias[:4]: each rank's own, then the average every rank holds")
+    for r, o in enumerate(res):
+        print(f"   rank {r}: local {_fmt(o['local_grad'])}")
+    print(f"   all ranks after backward: {_fmt(res[0]['avg_grad'])}")
+    mean = torch.stack([o["local_grad"] for o in res]).mean(0)
+    same = all(torch.equal(o["avg_grad"], res[0]["avg_grad"]) for o in res)
+    print(f"   identical on every rank: {same}; mean of the locals: {_fmt(mean)}")
+    print("   (each gradient is multiplied by 1/world_size while copied into its bucket,")
+    print("   then the bucket is summed round the ring)")
+
+    equal = [all(o["equal"]) for o in res]
+    print("\n5. parity: the same 2 steps through torch.nn.parallel.DistributedDataParallel;")
+    print(f"   torch.equal on all {len(shapes)} parameters, per rank: {equal}")
+    if args.trace:
+        path = trace.save(args.trace, *[o["events"] for o in res])
+        print(f"\ntrace saved: {path} (open in https://ui.perfetto.dev)")
+    return 0 if all(equal) else 1
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 4096 else f"{n / 1024:.0f} KiB"
+
+
+def _fmt(t: torch.Tensor) -> str:
+    return "[" + ", ".join(f"{v:+.5f}" for v in t.tolist()) + "]"
