@@ -31,6 +31,8 @@ from collections.abc import Sequence
 
 import torch
 
+from minidp.comm import broadcast
+
 DEFAULT_CAP_MB = 25
 DEFAULT_FIRST_CAP_BYTES = 1024 * 1024  # small first bucket: its all-reduce starts sooner
 MB = 1024 * 1024
@@ -225,3 +227,25 @@ def build_buckets(
         for pos, i in enumerate(bucket.indices):
             locator[i] = (bucket.index, pos)
     return buckets, locator
+
+
+def rank0_assignment(assignment: list[list[int]], n_params: int, group) -> list[list[int]]:
+    """Every rank adopts rank 0's layout (gradient-ready order may differ between ranks).
+
+    One broadcast of ``[indices..., number of buckets, bucket lengths...]``, padded to a
+    size every rank knows (``2 * n_params + 1``), so it cannot mismatch.
+    """
+    packed = torch.full((2 * n_params + 1,), -1, dtype=torch.int64)
+    packed[:n_params] = torch.tensor([i for b in assignment for i in b])
+    packed[n_params] = len(assignment)
+    packed[n_params + 1 : n_params + 1 + len(assignment)] = torch.tensor(
+        [len(b) for b in assignment]
+    )
+    broadcast(packed, 0, group)
+    flat = packed[:n_params].tolist()
+    sizes = packed[n_params + 1 : n_params + 1 + int(packed[n_params])].tolist()
+    out, start = [], 0
+    for size in sizes:
+        out.append(flat[start : start + size])
+        start += size
+    return out

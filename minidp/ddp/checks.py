@@ -139,3 +139,21 @@ def verify_same_model(group, params: list, names: list[str], bucket_of: list[int
                 "ranks would disagree about what to send. Hint: pass the same bucket_cap_mb "
                 "and find_unused_parameters on every rank"
             )
+
+
+def unfinished_reduction_message(rank: int, missing: list[int], names, find_unused: bool) -> str:
+    """torch's wording for "the last backward left parameters without gradient", plus names."""
+    hint = (
+        "Since find_unused_parameters=True, this likely means that not all forward "
+        "outputs took part in computing the loss: make every output reach the loss."
+        if find_unused
+        else "Either pass find_unused_parameters=True to DistributedDataParallel, or make "
+        "every parameter (and every forward output) take part in computing the loss."
+    )
+    return (
+        "Expected to have finished reduction in the prior iteration before starting a "
+        "new one. This error indicates that your module has parameters that were not "
+        f"used in producing loss. {hint}\nParameter indices which did not receive grad "
+        f"for rank {rank}: {' '.join(map(str, missing))}\nParameters which did not "
+        f"receive grad for rank {rank}: {', '.join(names[i] for i in missing)}"
+    )

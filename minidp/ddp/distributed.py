@@ -32,6 +32,7 @@ from minidp.comm import broadcast
 from minidp.comm import group as groups
 from minidp.ddp import checks
 from minidp.ddp.buckets import BucketCaps
+from minidp.ddp.join import Join
 from minidp.ddp.reducer import Reducer
 
 ALGORITHMS = ("ring", "naive")
@@ -110,14 +111,21 @@ class DistributedDataParallel(torch.nn.Module):
         self._broadcast_coalesced(states)
         self.reducer.install()
         self._comm_hook_set = False
+        self._join: Join | None = None  # set while inside ``with self.join():``
         checks.mark_wrapped(module, self)
 
     def forward(self, *inputs, **kwargs):
         grad_enabled = torch.is_grad_enabled()
+        join = self._join
+        if join is not None:
+            join.notify()  # "still training" (ranks that ran out of data shadow us)
         if grad_enabled:
             self.reducer.prepare_for_forward()  # raises if the last backward never finished
-        if self.require_forward_param_sync and self.broadcast_buffers:
-            self._sync_buffers()
+        if self.require_forward_param_sync and self.broadcast_buffers and self._buffers_list():
+            # Under join, rank 0 may have stopped training: take the highest active rank's.
+            self._sync_buffers(join.common_rank(True) if join is not None else 0)
+        if join is not None:
+            join.announce_sync(self.require_backward_grad_sync)
         with trace.span("forward", lane="compute"):
             output = self.module(*inputs, **kwargs)
         # The FORWARD decides whether the next backward synchronizes: that is why, with
@@ -129,6 +137,15 @@ class DistributedDataParallel(torch.nn.Module):
         else:
             self.require_forward_param_sync = False
         return output
+
+    def join(
+        self,
+        divide_by_initial_world_size: bool = True,
+        enable: bool = True,
+        throw_on_early_termination: bool = False,
+    ) -> Join:
+        """Context manager for uneven inputs across ranks (see ``minidp.ddp.join``)."""
+        return Join(self, divide_by_initial_world_size, enable, throw_on_early_termination)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -163,14 +180,15 @@ class DistributedDataParallel(torch.nn.Module):
 
     # ---- buffers ---------------------------------------------------------------------
 
-    def _sync_buffers(self) -> None:
+    def _buffers_list(self) -> list[torch.Tensor]:
         # Re-read the buffers each time: a module may reassign them (self.x = tensor).
-        buffers = [b for b in self.module.buffers()]
-        if buffers:
-            self._broadcast_coalesced([b.detach() for b in buffers])
+        return list(self.module.buffers())
 
-    def _broadcast_coalesced(self, tensors: list[torch.Tensor]) -> None:
-        """Broadcast from rank 0, one flat message per dtype instead of one per tensor."""
+    def _sync_buffers(self, src: int = 0) -> None:
+        self._broadcast_coalesced([b.detach() for b in self._buffers_list()], src)
+
+    def _broadcast_coalesced(self, tensors: list[torch.Tensor], src: int = 0) -> None:
+        """Broadcast from ``src``, one flat message per dtype instead of one per tensor."""
         if self.process_group.size() == 1:
             return
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
@@ -180,8 +198,8 @@ class DistributedDataParallel(torch.nn.Module):
         with torch.no_grad():
             for group in by_dtype.values():
                 flat = torch.cat([t.reshape(-1) for t in group])  # (sum numel,) rank-local
-                broadcast(flat, 0, self.process_group)
-                if rank == 0:
+                broadcast(flat, src, self.process_group)
+                if rank == src:
                     continue  # the source already holds these values
                 offset = 0
                 for t in group:

@@ -32,8 +32,9 @@ import weakref
 import torch
 
 from minidp import trace
-from minidp.comm import all_reduce, broadcast
+from minidp.comm import all_reduce
 from minidp.ddp import buckets as bk
+from minidp.ddp.checks import unfinished_reduction_message
 from minidp.ddp.comm_thread import CommThread
 from minidp.ddp.hooks import GradBucket
 from minidp.ddp.unused import unused_parameters
@@ -47,6 +48,7 @@ class Reducer:
         self.names = names
         self.group = group
         self.world_size = group.size()
+        self.div_factor = self.world_size  # what gradients are divided by (join may change it)
         self.caps = caps
         self.find_unused = find_unused
         self.gradient_as_bucket_view = as_view
@@ -111,7 +113,12 @@ class Reducer:
     def prepare_for_forward(self) -> None:
         """At every grad-enabled forward: check the last backward finished; rebuild once."""
         if self.require_finalize:
-            raise RuntimeError(self._unfinished_message())
+            missing = [i for i in range(len(self.params)) if i not in self.ready]
+            raise RuntimeError(
+                unfinished_reduction_message(
+                    self.group.rank(), missing, self.names, self.find_unused
+                )
+            )
         if not self.find_unused and not self.has_rebuilt and self.ready_order:
             self._rebuild()
 
@@ -140,24 +147,9 @@ class Reducer:
         assignment, _ = bk.compute_bucket_assignment_by_size(
             tensors, self.caps.rebuild_limits(), tensor_indices=order
         )
-        self._set_buckets(self._rank0_assignment(assignment))
+        self._set_buckets(bk.rank0_assignment(assignment, len(self.params), self.group))
         self.has_rebuilt = True
         self.ready_order = []
-
-    def _rank0_assignment(self, assignment: list[list[int]]) -> list[list[int]]:
-        """Every rank adopts rank 0's layout (ready order may differ between ranks)."""
-        n = len(self.params)
-        packed = torch.full((2 * n + 1,), -1, dtype=torch.int64)  # [indices.., count, sizes..]
-        packed[:n] = torch.tensor([i for b in assignment for i in b])
-        packed[n] = len(assignment)
-        packed[n + 1 : n + 1 + len(assignment)] = torch.tensor([len(b) for b in assignment])
-        broadcast(packed, 0, self.group)
-        flat, sizes = packed[:n].tolist(), packed[n + 1 : n + 1 + int(packed[n])].tolist()
-        out, start = [], 0
-        for size in sizes:
-            out.append(flat[start : start + size])
-            start += size
-        return out
 
     # ---- backward side: hooks -------------------------------------------------------
 
@@ -204,7 +196,7 @@ class Reducer:
                 view.zero_()  # unused here: contribute zeros, other ranks may have values
             elif not _aliases(grad, bucket.buffer):
                 if self.comm_hook is None:
-                    torch.mul(grad, 1.0 / self.world_size, out=view)  # scale while copying
+                    torch.mul(grad, 1.0 / self.div_factor, out=view)  # scale while copying
                 else:
                     view.copy_(grad)  # a hook averages by itself
                 if self.gradient_as_bucket_view:
@@ -212,7 +204,7 @@ class Reducer:
             elif self.comm_hook is None:
                 # .grad already IS the slot (gradient_as_bucket_view, grads not set to
                 # None): nothing to copy, so torch divides in place — x/n, not x*(1/n).
-                view.div_(self.world_size)
+                view.div_(self.div_factor)
 
     def _launch_ready_buckets(self) -> None:
         if not self.overlap and any(b.pending for b in self.buckets):
@@ -231,16 +223,18 @@ class Reducer:
 
     # ---- the communication thread ---------------------------------------------------
 
-    def _reduce(self, bucket: bk.Bucket) -> torch.Tensor:
+    def _reduce(self, bucket: bk.Bucket, buffer: torch.Tensor | None = None) -> torch.Tensor:
+        """All-reduce ``bucket`` (or ``buffer``: zeros when a joined rank shadows it)."""
+        buffer = bucket.buffer if buffer is None else buffer
         with trace.span(f"all-reduce bucket {bucket.index}", lane="comm", bytes=bucket.nbytes):
             if self.comm_hook is None:
-                result = all_reduce(bucket.buffer, "sum", self.group, self.algorithm)
+                result = all_reduce(buffer, "sum", self.group, self.algorithm)
             else:
-                grad_bucket = GradBucket(bucket.index, len(self.buckets), bucket.buffer, bucket)
+                grad_bucket = GradBucket(bucket.index, len(self.buckets), buffer, bucket)
                 result = self.comm_hook(self.comm_state, grad_bucket).wait()
         if trace.active:
             trace.instant("bucket finish", lane="comm", bucket=bucket.index)
-        if not isinstance(result, torch.Tensor) or result.numel() != bucket.buffer.numel():
+        if not isinstance(result, torch.Tensor) or result.numel() != buffer.numel():
             got = (
                 f"a tensor of {result.numel()} elements"
                 if torch.is_tensor(result)
@@ -248,7 +242,7 @@ class Reducer:
             )
             raise TypeError(
                 f"DDP comm hook {getattr(self.comm_hook, '__name__', self.comm_hook)}: its "
-                f"Future must hold one tensor of {bucket.buffer.numel()} elements (the "
+                f"Future must hold one tensor of {buffer.numel()} elements (the "
                 f"bucket's buffer), got {got}. Hint: return fut.then(lambda f: buffer)"
             )
         return result
@@ -261,6 +255,7 @@ class Reducer:
     def _finalize(self) -> None:
         self.expect_hooks = False
         self.require_finalize = False
+        self.div_factor = self.world_size
         with trace.span("wait for buckets", lane="backward"):
             results = [f.result() for f in self.futures]  # re-raises comm-thread errors
             used = self.used_future.result() if self.used_future is not None else None
@@ -269,6 +264,18 @@ class Reducer:
                 self._write_back(bucket, bucket.views_of(result), used)
         if self.find_unused:
             self.local_used.zero_()
+
+    def shadow_backward(self) -> None:
+        """Run this iteration's collectives with zeros (a joined rank, see ``join.py``)."""
+        futures = [
+            self.comm.submit(self._reduce, b, torch.zeros_like(b.buffer)) for b in self.buckets
+        ]
+        if self.find_unused:
+            futures.append(self.comm.submit(self._reduce_used, self.local_used.clone()))
+        for f in futures:
+            f.result()
+        if not self.find_unused and not self.has_rebuilt and not self.ready_order:
+            self.ready_order = list(range(len(self.params)))  # torch's stand-in order
 
     def _write_back(self, bucket: bk.Bucket, views_out: list, used) -> None:
         for pos, (param, index) in enumerate(zip(bucket.params, bucket.indices)):
@@ -284,25 +291,6 @@ class Reducer:
                     param.grad = torch.empty_like(param).copy_(views_out[pos])
                 else:
                     param.grad.copy_(views_out[pos])
-
-    def _unfinished_message(self) -> str:
-        missing = [i for i in range(len(self.params)) if i not in self.ready]
-        names = ", ".join(self.names[i] for i in missing)
-        rank = self.group.rank()
-        hint = (
-            "Since find_unused_parameters=True, this likely means that not all forward "
-            "outputs took part in computing the loss: make every output reach the loss."
-            if self.find_unused
-            else "Either pass find_unused_parameters=True to DistributedDataParallel, or make "
-            "every parameter (and every forward output) take part in computing the loss."
-        )
-        return (
-            "Expected to have finished reduction in the prior iteration before starting a "
-            "new one. This error indicates that your module has parameters that were not "
-            f"used in producing loss. {hint}\nParameter indices which did not receive grad "
-            f"for rank {rank}: {' '.join(map(str, missing))}\nParameters which did not "
-            f"receive grad for rank {rank}: {names}"
-        )
 
 
 def _aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
