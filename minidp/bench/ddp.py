@@ -65,7 +65,7 @@ def _wrap(kind: str, model: nn.Module, cap):
     return minidp.DistributedDataParallel(model, bucket_cap_mb=cap, **options.get(kind, {}))
 
 
-def _time_rows(rank, rows, x, y, steps, warmup, rounds, label) -> dict:
+def _time_rows(rank, rows, x, y, steps, warmup, rounds) -> dict:
     """Step the ``rows`` [(name, net)] in turn, one step each; per row, the step seconds.
 
     Round-robin step by step: when other work slows the machine down for a moment, it
@@ -89,8 +89,10 @@ def _time_rows(rank, rows, x, y, steps, warmup, rounds, label) -> dict:
             for name, net in rows:
                 times[name].append(step(name, net))
         if rank == 0:
-            done = ", ".join(f"{n} {statistics.median(t) * 1e3:.1f}" for n, t in times.items())
-            print(f"  [{label} {r + 1}/{rounds}] median ms so far: {done}", flush=True)
+            done = ", ".join(
+                f"{n} {statistics.median(t) * 1e3:.0f}" for n, t in list(times.items())[:5]
+            )
+            print(f"  [round {r + 1}/{rounds}] median ms so far: {done}, ...", flush=True)
     return times
 
 
@@ -101,19 +103,15 @@ def _rank_main(rank, world, args) -> dict:
     y = torch.randint(0, 10, (args.batch,), generator=g)
     kinds = ["torch", "minidp", "no overlap", "naive", "single"]
     rows = [(k, _wrap(k, make_model(args.width), None)) for k in kinds]
-    main = _time_rows(rank, rows, x, y, args.steps, args.warmup, args.rounds, "rows")
-    buckets = {"minidp": [len(b.params) for b in rows[1][1].reducer.buckets]}
-    del rows
-    sweep = {}
-    for cap in args.caps:
-        pair = [
+    for cap in args.caps:  # the sweep takes turns with the main rows: same conditions
+        rows += [
             (f"{k} {cap} MiB", _wrap(k, make_model(args.width), cap)) for k in ("torch", "minidp")
         ]
-        sweep[cap] = _time_rows(
-            rank, pair, x, y, args.steps, args.warmup, args.sweep_rounds, "sweep"
-        )
-        buckets[cap] = len(pair[1][1].reducer.buckets)
-    return {"main": main, "sweep": sweep, "buckets": buckets}
+    times = _time_rows(rank, rows, x, y, args.steps, args.warmup, args.rounds)
+    nets = dict(rows)
+    buckets = {cap: len(nets[f"minidp {cap} MiB"].reducer.buckets) for cap in args.caps}
+    buckets["minidp"] = [len(b.params) for b in nets["minidp"].reducer.buckets]
+    return {"times": times, "buckets": buckets}
 
 
 def _median_ms(per_rank: list[dict], pick) -> float:
@@ -127,23 +125,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=1024, help="MLP width (1024: 8.4M params)")
     parser.add_argument("--batch", type=int, default=64, help="samples per rank per step")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per row per round")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per row per round")
-    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds, main table")
-    parser.add_argument("--sweep-rounds", type=int, default=2, help="rounds per sweep point")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per row, first")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds (progress is shown after each)"
+    )
     parser.add_argument("--caps", default=",".join(map(str, SWEEP_CAPS)), help="MiB, comma list")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     parser.add_argument("--quick", action="store_true", help="tiny model, 1 round: smoke run")
     args = parser.parse_args(argv)
     args.caps = [float(c) if "." in c else int(c) for c in args.caps.split(",") if c]
     if args.quick:
-        args.width, args.steps, args.rounds, args.sweep_rounds = 128, 2, 1, 1
+        args.width, args.steps, args.rounds = 128, 2, 1
         args.warmup, args.caps = 1, args.caps[:2]
     model = make_model(args.width)
     n_params = sum(p.numel() for p in model.parameters())
     print(
         f"bench ddp: {args.world_size} ranks (processes, gloo), MLP {n_params / 1e6:.1f} M "
         f"params ({n_params * 4 / 2**20:.1f} MiB of fp32 gradients), batch {args.batch} per "
-        f"rank, median of {args.steps} steps x {args.rounds} interleaved rounds, "
+        f"rank, median of {args.steps * args.rounds} steps per row (rows take turns), "
         f"{args.threads} intra-op thread(s) per rank, torch {torch.__version__}",
         flush=True,
     )
@@ -163,7 +162,7 @@ def report(results: list[dict], args) -> None:
         "naive": "minidp DDP, naive all-reduce",
         "single": "single process, no comm",
     }
-    ms = {k: _median_ms(results, lambda r, k=k: r["main"][k]) for k in names}
+    ms = {k: _median_ms(results, lambda r, k=k: r["times"][k]) for k in names}
     print(f"\n{'row':<30} {'step ms':>9} {'vs torch DDP':>13} {'vs single':>10}")
     print("-" * 65)
     for k, name in names.items():
@@ -178,8 +177,8 @@ def report(results: list[dict], args) -> None:
     print(f"\n{'bucket_cap_mb':>13} {'buckets':>8} {'torch ms':>9} {'minidp ms':>10} {'ratio':>6}")
     print("-" * 50)
     for cap in args.caps:
-        t = _median_ms(results, lambda r, c=cap: r["sweep"][c][f"torch {c} MiB"])
-        m = _median_ms(results, lambda r, c=cap: r["sweep"][c][f"minidp {c} MiB"])
+        t = _median_ms(results, lambda r, c=cap: r["times"][f"torch {c} MiB"])
+        m = _median_ms(results, lambda r, c=cap: r["times"][f"minidp {c} MiB"])
         n = results[0]["buckets"][cap]
         print(f"{cap:>13} {n:>8} {t:>9.1f} {m:>10.1f} {m / t:>5.2f}x")
 

@@ -31,24 +31,26 @@ def allreduce_gradients(module: torch.nn.Module, group=None, algorithm: str = "r
     must call this with the same model.
     """
     g = groups.resolve(group)
-    params = [p for p in module.parameters() if p.requires_grad]
-    if not params:
-        return
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for p in module.parameters():
+        if p.requires_grad:
+            by_dtype.setdefault(p.dtype, []).append(p)
     with torch.no_grad():
-        # (total numel,) rank-local; scaled by 1/world_size while copying, like DDP.
-        flat = torch.cat(
-            [
-                (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                * (1.0 / g.size())
-                for p in params
-            ]
-        )
-        all_reduce(flat, "sum", g, algorithm)
-        offset = 0
-        for p in params:
-            piece = flat[offset : offset + p.numel()].view(p.shape)
-            if p.grad is None:
-                p.grad = piece.clone()
-            else:
-                p.grad.copy_(piece)
-            offset += p.numel()
+        for params in by_dtype.values():  # one flat all-reduce per dtype (usually just one)
+            # (total numel,) rank-local; scaled by 1/world_size while copying, like DDP.
+            flat = torch.cat(
+                [
+                    (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                    * (1.0 / g.size())
+                    for p in params
+                ]
+            )
+            all_reduce(flat, "sum", g, algorithm)
+            offset = 0
+            for p in params:
+                piece = flat[offset : offset + p.numel()].view(p.shape)
+                if p.grad is None:
+                    p.grad = piece.clone()
+                else:
+                    p.grad.copy_(piece)
+                offset += p.numel()
