@@ -49,6 +49,12 @@ def test_parameters_on_mixed_devices():
         DDP(model)
 
 
+def test_sparse_gradients_are_refused():
+    model = nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Linear(4, 2))
+    with pytest.raises(ValueError, match=r"'0' makes sparse gradients .* expected dense"):
+        DDP(model)
+
+
 def test_bad_bucket_cap_and_algorithm():
     with pytest.raises(ValueError, match=r"bucket_cap_mb must be a positive number.*got -1"):
         DDP(nn.Linear(2, 2), bucket_cap_mb=-1)

@@ -108,3 +108,16 @@ def test_ddp_works_in_thread_worlds():
     want = run_threads(_thread_reference, 2, model, xs)
     for a, b in zip(got, want):
         assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def _grad_storage(rank, world, as_view):
+    torch.manual_seed(0)
+    ddp = minidp.DistributedDataParallel(MLP(), gradient_as_bucket_view=as_view)
+    ddp(torch.randn(4, 16)).sum().backward()
+    buffers = {b.buffer.untyped_storage().data_ptr() for b in ddp.reducer.buckets}
+    return [p.grad.untyped_storage().data_ptr() in buffers for p in ddp.parameters()]
+
+
+def test_gradient_as_bucket_view_makes_grad_a_view_of_the_bucket():
+    assert run_threads(_grad_storage, 2, True) == [[True] * 6] * 2
+    assert run_threads(_grad_storage, 2, False) == [[False] * 6] * 2

@@ -63,6 +63,13 @@ def check_module(module, wrapper_types: tuple) -> None:
                 "its gradients reduced twice. Hint: wrap the inner module once "
                 "(DistributedDataParallel(ddp.module)), or drop the old wrapper first"
             )
+    for name, sub in module.named_modules():
+        if isinstance(sub, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and sub.sparse:
+            raise ValueError(
+                f"DistributedDataParallel: {name or 'the module'!r} makes sparse gradients "
+                "(sparse=True) — expected dense gradients: minidp's buckets are flat dense "
+                "buffers. Hint: construct the embedding with sparse=False"
+            )
     params = list(module.named_parameters())
     if not any(p.requires_grad for _, p in params):
         raise RuntimeError(
