@@ -14,7 +14,8 @@
 # 3. a message costs roughly `latency + bytes / bandwidth` — we measure both on this
 #    machine; lesson 8 uses them.
 #
-# Real processes (4 ranks started by `minidp.launch.spawn`), gloo over loopback TCP.
+# Real processes (4 ranks started by `minidp.launch.spawn`; 2 in fast mode), gloo over
+# loopback TCP.
 
 # %%
 import datetime
@@ -27,7 +28,7 @@ import torch.distributed as dist
 import minidp
 from minidp.comm import p2p
 
-WORLD = 4
+WORLD = kit.pick(4, 2)
 SIZES = kit.pick([2**k for k in range(2, 25, 2)], [4, 4096, 2**20])  # bytes
 REPEATS = kit.pick(20, 3)
 DEADLOCK_TIMEOUT_S = kit.pick(2.0, 1.0)

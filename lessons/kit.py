@@ -169,7 +169,10 @@ def spawn(fn: Callable, world_size: int, *args, **kwargs) -> list:
     ranks import the file to find their function and must not rerun the lesson.
     """
     main = sys.modules["__main__"]
-    if getattr(fn, "__module__", None) == "__main__" and not getattr(main, "__file__", None):
+    main_file = getattr(main, "__file__", None)
+    if getattr(fn, "__module__", None) == "__main__" and not (
+        main_file and os.path.exists(main_file)
+    ):
         path = _lesson_file_for(fn)
         if path is None:
             raise RuntimeError(

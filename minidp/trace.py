@@ -52,7 +52,7 @@ _recordings: list[Recording] = []
 _lock = threading.Lock()
 
 # Lanes drawn in this order inside each rank's track (others follow, alphabetically).
-LANE_ORDER = ("compute", "hooks", "buckets", "comm", "reduce")
+LANE_ORDER = ("compute", "forward", "backward", "hooks", "buckets", "comm", "reduce")
 
 
 def now_us() -> float:

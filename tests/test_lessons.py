@@ -1,0 +1,94 @@
+"""Every lesson runs in fast mode and its own checks pass.
+
+Run: ``pytest tests/test_lessons.py`` (about a minute on 2 cores).
+
+The lessons are started all at once, two at a time (``MINIDP_LESSON_FAST=1``, each a
+subprocess exactly as a learner runs it: ``python lessons/NN_name.py``); each test then
+waits for its own lesson. A lesson passes when it exits 0 and prints "All N checks
+passed." — its checks assert, so a failing comparison with torch fails the lesson.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
+LESSONS = sorted(p.name for p in LESSONS_DIR.glob("[0-9][0-9]_*.py"))
+PARALLEL = 2  # the machine has 2 cores; multi-rank lessons start their own processes
+TIMEOUT_S = 240
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(MINIDP_LESSON_FAST="1", NO_COLOR="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def _run(argv: list[str], stdin: str | None = None) -> tuple[int, str, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        argv,
+        cwd=LESSONS_DIR,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=_env(),
+    )
+    return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - t0
+
+
+@pytest.fixture(scope="module")
+def lesson_runs():
+    """Start every lesson now; tests collect the results one by one."""
+    pool = ThreadPoolExecutor(max_workers=PARALLEL)
+    # the longest lessons first, so the pool is not left waiting on one at the end
+    order = sorted(LESSONS, key=lambda name: not name.startswith(("17", "05", "10", "06")))
+    runs: dict[str, Future] = {name: pool.submit(_run, [sys.executable, name]) for name in order}
+    yield runs
+    pool.shutdown(wait=True)
+
+
+def test_every_lesson_is_here():
+    assert len(LESSONS) == 17, LESSONS
+    assert [int(name[:2]) for name in LESSONS] == list(range(1, 18))
+    readme = (LESSONS_DIR / "README.md").read_text()
+    for name in LESSONS:
+        assert name in readme, f"{name} is missing from lessons/README.md"
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_lesson_runs_and_checks_pass(lesson_runs, name):
+    rc, out, seconds = lesson_runs[name].result()
+    assert rc == 0, f"{name} exited {rc} after {seconds:.1f}s:\n{out[-4000:]}"
+    assert "[fast mode]" in out
+    done = re.search(r"All (\d+) checks passed\.", out)
+    assert done and int(done.group(1)) >= 3, f"{name}: no final check summary:\n{out[-2000:]}"
+    checks = [line for line in out.splitlines() if line.startswith("CHECK ")]
+    assert len(checks) == int(done.group(1))
+    assert not [c for c in checks if c.endswith(": NO") or "NOT equal" in c]
+
+
+def test_lesson_cells_are_notebook_cells():
+    for name in LESSONS:
+        text = (LESSONS_DIR / name).read_text()
+        assert text.startswith("# %% [markdown]\n# # Lesson"), name
+        assert text.count("# %%") >= 4, name
+        assert "Run: `python lessons/" in text, name
+
+
+def test_a_multi_process_lesson_runs_without_a_file(lesson_runs):
+    """As in a notebook: the code arrives without a usable __file__; kit.spawn finds the
+    lesson on disk so the rank processes can import their function."""
+    code = (LESSONS_DIR / "12_distributed_sampler.py").read_text()
+    rc, out, _ = _run([sys.executable, "-"], stdin=code)
+    assert rc == 0, out[-3000:]
+    assert "All 4 checks passed." in out
