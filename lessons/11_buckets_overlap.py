@@ -80,7 +80,7 @@ def step_times(ddp, data, record: int | None = None):
     for i, (xb, yb) in enumerate(data):
         with trace.recording() if i == record else contextlib.nullcontext() as rec:
             t0 = time.perf_counter()
-            with trace.span("forward", lane="compute"):
+            with trace.span("forward + loss", lane="compute"):
                 loss = nn.functional.cross_entropy(ddp(xb), yb)
             with trace.span("backward", lane="compute"):
                 loss.backward()
@@ -138,7 +138,7 @@ if __name__ == "__main__":
         f"rank 0, third step, times in ms from the start of backward (ends at {(t_end - t0) / 1e3:.1f}):"
     )
     for e in sorted(traced, key=lambda e: e["ts"]):
-        if e["pid"] != 0 or e["name"] in ("send", "recv", "forward", "backward"):
+        if e["pid"] != 0 or e["name"] in ("send", "recv", "forward", "forward + loss", "backward"):
             continue
         what = e["name"] + (f" {e['args'].get('param', '')}" if e["name"] == "grad ready" else "")
         when = f"{(e['ts'] - t0) / 1e3:7.2f}"
