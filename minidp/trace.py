@@ -239,7 +239,12 @@ def to_chrome(*event_lists: Iterable[dict], flows: bool = True) -> dict:
     tid = {lane: i + 1 for i, lane in enumerate(lanes)}
     out: list[dict[str, Any]] = []
     for e in events:
-        out.append({**e, "ts": e["ts"] - t0, "tid": tid[e["tid"]]})
+        e = {**e, "ts": e["ts"] - t0, "tid": tid[e["tid"]]}
+        if flows and e["ph"] == "i" and e["name"] in ("send", "recv"):
+            # An arrow binds to the *slice* around its end points; an instant is not one,
+            # so messages are exported as 1-microsecond slices.
+            e = {k: v for k, v in e.items() if k != "s"} | {"ph": "X", "dur": 1.0}
+        out.append(e)
     if flows:
         for f in _flows(events):
             out.append({**f, "ts": f["ts"] - t0, "tid": tid[f["tid"]]})
