@@ -2,6 +2,7 @@
 # # Lesson 3 — replicate + parallel_apply = DataParallel
 #
 # Run: `python lessons/03_data_parallel.py`
+# Picture: `diagrams/dp_pipeline.png`
 #
 # The two middle steps of `nn.DataParallel`, then the whole wrapper:
 #

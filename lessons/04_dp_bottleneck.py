@@ -2,6 +2,7 @@
 # # Lesson 4 — DataParallel's main-device bottleneck, measured
 #
 # Run: `python lessons/04_dp_bottleneck.py`
+# Picture: `diagrams/dp_pipeline.png` (one traced DP step and its bytes per device)
 #
 # The articles say DP's main GPU "is overloaded while the others are under-used", that it
 # runs out of memory first, that the model is copied every iteration, and that the

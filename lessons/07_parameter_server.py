@@ -2,6 +2,7 @@
 # # Lesson 7 — the parameter server (naive all-reduce) and its traffic
 #
 # Run: `python lessons/07_parameter_server.py`
+# Picture: `diagrams/traffic.png` (server vs ring bytes per rank, n = 2..16)
 #
 # The first all-reduce anyone writes: every rank sends its tensor to rank 0 (the
 # "server"), rank 0 adds them up and sends the sum back. It is also what DataParallel's

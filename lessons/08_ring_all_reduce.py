@@ -3,6 +3,7 @@
 #
 # Run: `python lessons/08_ring_all_reduce.py`
 # Classroom version of part 1: `python -m minidp demo ring --step`
+# Pictures: `diagrams/ring_steps.png`, `diagrams/traffic.png`
 #
 # Cut the tensor into n chunks. **Reduce-scatter**: n-1 steps in which every rank passes
 # a partial sum of one chunk to its neighbour, which adds its own piece; afterwards each
