@@ -57,9 +57,8 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
 
     def worker(rank: int) -> None:
         try:
-            pg = dist.ProcessGroupGloo(store, rank, world_size, td)
-            groups[rank] = pg
-            with use_group(pg):
+            groups[rank] = dist.ProcessGroupGloo(store, rank, world_size, td)
+            with use_group(groups[rank]):
                 results[rank] = fn(rank, world_size, *args)
         except BaseException as exc:  # report everything, including KeyboardInterrupt
             failure = Failure(
@@ -72,7 +71,11 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
             with lock:
                 failure.order = next(order)
                 failures.append(failure)
-            _abort(groups[rank])  # peers blocked on this rank now fail at once
+            # Close this rank's connections so peers blocked on it fail at once with
+            # "connection closed" instead of waiting for the timeout: abort pending work and
+            # drop the last reference (the exception's frames are gone after this block).
+            _abort(groups[rank])
+            groups[rank] = exc = None
 
     threads = [
         threading.Thread(target=worker, args=(r,), name=f"{name}-rank{r}", daemon=True)

@@ -1,0 +1,327 @@
+"""minidp.comm against torch.distributed (gloo), on real thread worlds.
+
+Run: ``pytest tests/test_collectives.py``
+
+Every rank of a thread world owns a real ``ProcessGroupGloo``; each test runs minidp's
+collective AND gloo's own on the same inputs in the same world and compares:
+``torch.equal`` for every float sum/avg/product of the ring (the claim: bit-exact with
+gloo), exact equality with the directly computed reduction for integers and max/min.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from helpers import GLOO_DTYPES, direct_reduce, gloo_all_reduce, rank_input
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import minidp
+from minidp.comm import group as groups
+from minidp.comm.ring import gloo_layout
+from minidp.launch import WorkerError, run_threads
+
+ALL_DTYPES = [
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+]
+OPS = ["sum", "avg", "max", "min", "product"]
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@st.composite
+def world_and_numel(draw):
+    world = draw(st.integers(1, 8))
+    numel = draw(
+        st.one_of(
+            st.sampled_from([0, 1, max(world - 1, 0), world, world + 1]),
+            st.integers(2, 3000),
+            st.sampled_from([65_537, 262_147, 1_048_583]),  # odd, > 1 MiB segments for fp32
+        )
+    )
+    return world, numel
+
+
+def _ring_vs_reference(rank, world, numel, dtype, op, seed):
+    x = rank_input(rank, numel, dtype, seed)
+    ours = minidp.comm.ring_all_reduce(x.clone(), op)
+    gloo = gloo_all_reduce(x.clone(), op) if dtype in GLOO_DTYPES else None
+    return x, ours, gloo
+
+
+@FAST
+@given(
+    wn=world_and_numel(),
+    dtype=st.sampled_from(ALL_DTYPES),
+    op=st.sampled_from(OPS),
+    seed=st.integers(0, 10**6),
+)
+def test_ring_all_reduce_matches_gloo_bit_for_bit(wn, dtype, op, seed):
+    world, numel = wn
+    if op == "avg" and not dtype.is_floating_point:
+        return  # integer avg is rejected (tested below)
+    if op == "product" and numel > 3000:
+        numel = 3000  # products of many large values overflow to inf: keep it meaningful
+    out = run_threads(_ring_vs_reference, world, numel, dtype, op, seed)
+    inputs = [o[0] for o in out]
+    expected = direct_reduce(inputs, op)
+    for rank, (_, ours, gloo) in enumerate(out):
+        assert ours.dtype == dtype and ours.shape == (numel,)
+        if gloo is not None:
+            assert torch.equal(ours, gloo), f"rank {rank} differs from gloo ({world=}, {numel=})"
+        if not dtype.is_floating_point or op in ("max", "min"):
+            assert torch.equal(ours, expected), f"rank {rank} differs from the direct reduction"
+        assert torch.equal(ours, out[0][1]), "ranks disagree"
+
+
+def _shapes(rank, world):
+    results = {}
+    for shape in [(), (0,), (3, 0), (2, 3, 5), (7, 1)]:
+        x = rank_input(rank, int(torch.Size(shape).numel()), torch.float32, 7, shape)
+        results[shape] = (minidp.comm.ring_all_reduce(x.clone()), gloo_all_reduce(x.clone(), "sum"))
+    # non-contiguous: the caller's own tensor must end up holding the result
+    base = rank_input(rank, 40, torch.float32, 8).view(5, 8)
+    view = base.t()  # (8, 5), not contiguous
+    expected = gloo_all_reduce(view.contiguous(), "sum")
+    returned = minidp.comm.ring_all_reduce(view)
+    results["noncontig"] = (view.clone(), expected, returned is view)
+    return results
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_ring_all_reduce_any_shape_in_place(world):
+    for res in run_threads(_shapes, world):
+        for shape in [(), (0,), (3, 0), (2, 3, 5), (7, 1)]:
+            ours, gloo = res[shape]
+            assert ours.shape == torch.Size(shape)
+            assert torch.equal(ours, gloo)
+        view, expected, same_object = res["noncontig"]
+        assert same_object and torch.equal(view, expected)
+
+
+def test_gloo_layout_matches_documented_schedule():
+    # 100 fp32 elements on 3 ranks: total 400 B, segBytes = roundUp(min(ceil(400/6)=67, 1MiB), 4)
+    # = 68 B (17 elems); numSegments = roundUp(max(ceil(400/68)=6, 6), 3) = 6; 2 per chunk.
+    chunks, seg = gloo_layout(100, 4, 3)
+    assert seg == 17 and chunks == [(0, 34), (34, 68), (68, 100)]
+    # 64 MiB on 2 ranks: 1 MiB segments, 64 segments, 32 per chunk
+    chunks, seg = gloo_layout(16 << 20, 4, 2)
+    assert seg == 1 << 18 and chunks == [(0, 8 << 20), (8 << 20, 16 << 20)]
+
+
+def _textbook_and_naive(rank, world, numel, dtype, op, seed):
+    x = rank_input(rank, numel, dtype, seed)
+    return (
+        x,
+        minidp.comm.all_reduce(x.clone(), op, algorithm="textbook"),
+        minidp.comm.naive_all_reduce(x.clone(), op),
+        gloo_all_reduce(x.clone(), op) if dtype in GLOO_DTYPES else None,
+    )
+
+
+@FAST
+@given(
+    wn=world_and_numel(),
+    dtype=st.sampled_from(ALL_DTYPES),
+    op=st.sampled_from(OPS),
+    seed=st.integers(0, 10**6),
+)
+def test_naive_and_textbook_all_reduce(wn, dtype, op, seed):
+    world, numel = wn
+    numel = min(numel, 5000)
+    if op == "avg" and not dtype.is_floating_point:
+        return
+    out = run_threads(_textbook_and_naive, world, numel, dtype, op, seed)
+    inputs = [o[0] for o in out]
+    expected = direct_reduce(inputs, op)  # rank order: the parameter server's own order
+    for _, textbook, naive, gloo in out:
+        # The parameter server reduces in rank order ((x0+x1)+x2)...: bit-exact to that.
+        assert torch.equal(naive, expected)
+        if gloo is not None and (not dtype.is_floating_point or op in ("max", "min")):
+            assert torch.equal(naive, gloo) and torch.equal(textbook, gloo)
+        if dtype.is_floating_point and op not in ("max", "min"):
+            # The textbook ring sums in ring order, not rank order: same math, different
+            # rounding. Tolerance: a few ulps of the dtype per addition.
+            tol = {torch.float16: 1e-2, torch.bfloat16: 5e-2}.get(dtype, 1e-5)
+            torch.testing.assert_close(textbook, expected, rtol=tol, atol=tol * world)
+        else:
+            assert torch.equal(textbook, expected)
+
+
+def _others(rank, world, numel, dtype, seed, src):
+    x = rank_input(rank, numel, dtype, seed)
+    pg = groups.resolve()
+    # broadcast
+    ours_b = minidp.comm.broadcast(x.clone(), src=src)
+    ref_b = x.clone()
+    opts = dist.BroadcastOptions()
+    opts.rootRank = src
+    pg.broadcast([ref_b], opts).wait()
+    # all_gather
+    ours_g = minidp.comm.all_gather([torch.empty_like(x) for _ in range(world)], x)
+    ref_g = [torch.empty_like(x) for _ in range(world)]
+    pg.allgather([ref_g], [x.clone()]).wait()
+    # reduce_scatter
+    ins = [rank_input(rank * 31 + i, numel, dtype, seed) for i in range(world)]
+    ours_rs = minidp.comm.reduce_scatter(torch.empty_like(x), [t.clone() for t in ins])
+    ref_rs = torch.empty_like(x)
+    pg.reduce_scatter([ref_rs], [[t.clone() for t in ins]]).wait()
+    minidp.comm.barrier()
+    return ours_b, ref_b, ours_g, ref_g, ours_rs, ref_rs
+
+
+@FAST
+@given(
+    wn=world_and_numel(),
+    dtype=st.sampled_from(sorted(GLOO_DTYPES, key=str)),
+    seed=st.integers(0, 10**6),
+    data=st.data(),
+)
+def test_broadcast_all_gather_reduce_scatter_match_gloo(wn, dtype, seed, data):
+    world, numel = wn
+    numel = min(numel, 70_000)
+    src = data.draw(st.integers(0, world - 1))
+    for ob, rb, og, rg, ors, rrs in run_threads(_others, world, numel, dtype, seed, src):
+        assert torch.equal(ob, rb)
+        assert all(torch.equal(a, b) for a, b in zip(og, rg, strict=True))
+        if dtype.is_floating_point:
+            # gloo's reduce_scatter uses a different reduction tree than its all-reduce
+            # (neither rank order nor ring order), so float sums differ in the last bits.
+            # Tolerance: a few ulps per addition of the dtype.
+            tol = {torch.float16: 1e-2, torch.bfloat16: 5e-2}.get(dtype, 1e-5)
+            torch.testing.assert_close(ors, rrs, rtol=tol, atol=tol * world)
+        else:
+            assert torch.equal(ors, rrs)
+
+
+def test_traffic_parameter_server_vs_ring():
+    """Root of the parameter server moves (n-1)·S each way; each ring rank sends 2(n-1)/n·S."""
+    numel, world = 12_000, 4  # divisible by 4 chunks * segments: exact byte counts
+
+    def measure(rank, world):
+        x = torch.ones(numel)
+        with minidp.comm.count_traffic() as ring:
+            minidp.comm.all_reduce(x, algorithm="textbook")
+        with minidp.comm.count_traffic() as naive:
+            minidp.comm.naive_all_reduce(x)
+        return ring, naive
+
+    size = numel * 4
+    header = 14 * 8  # the cross-rank check: one 14 x int64 header to rank 0 ...
+    table = world * header  # ... and the table of all headers back
+    for rank, (ring, naive) in enumerate(run_threads(measure, world)):
+        assert (
+            ring.sent_bytes - (header if rank else table * (world - 1))
+            == 2 * (world - 1) * size // world
+        )
+        if rank == 0:
+            assert naive.recv_bytes - header * (world - 1) == (world - 1) * size
+            assert naive.sent_bytes - table * (world - 1) == (world - 1) * size
+        else:
+            assert naive.sent_bytes - header == size and naive.recv_bytes - table == size
+
+
+# ---- bad input: every rank raises the same clear error, nobody hangs ----------------------
+
+
+def _mismatched_numel(rank, world):
+    minidp.comm.ring_all_reduce(torch.ones(12 if rank == 0 else 10))
+
+
+def _mismatched_dtype(rank, world):
+    minidp.comm.all_reduce(torch.ones(4, dtype=torch.float32 if rank != 2 else torch.float64))
+
+
+def _mismatched_kind(rank, world):
+    t = torch.ones(4)
+    if rank == 1:
+        minidp.comm.broadcast(t, src=0)
+    else:
+        minidp.comm.ring_all_reduce(t)
+
+
+def _mismatched_op(rank, world):
+    minidp.comm.ring_all_reduce(torch.ones(4), op="max" if rank == 1 else "sum")
+
+
+@pytest.mark.parametrize(
+    "fn, pattern",
+    [
+        (
+            _mismatched_numel,
+            r"rank 1 passed \[all_reduce, shape \(10,\).*but rank 0 passed "
+            r"\[all_reduce, shape \(12,\)",
+        ),
+        (_mismatched_dtype, r"rank 2 passed .*float64.* but rank 0 passed .*float32"),
+        (_mismatched_kind, r"rank 1 passed \[broadcast.* but rank 0 passed \[all_reduce"),
+        (_mismatched_op, r"rank 1 passed .*op max.* but rank 0 passed .*op sum"),
+    ],
+)
+def test_mismatch_raises_on_every_rank(fn, pattern):
+    with pytest.raises(WorkerError, match="MismatchError: .*" + pattern) as info:
+        run_threads(fn, 3, timeout=20)
+    # every rank reached the same verdict: nobody was left waiting
+    assert sorted(f.rank for f in info.value.failures) == [0, 1, 2]
+    assert all(f.exc_type == "MismatchError" for f in info.value.failures)
+
+
+def _bad(rank, world, case):
+    if case == "int_avg":
+        minidp.comm.ring_all_reduce(torch.ones(3, dtype=torch.int64), op="avg")
+    elif case == "bool":
+        minidp.comm.ring_all_reduce(torch.ones(3, dtype=torch.bool))
+    elif case == "op":
+        minidp.comm.all_reduce(torch.ones(3), op="median")
+    elif case == "src":
+        minidp.comm.broadcast(torch.ones(3), src=world)
+    elif case == "algorithm":
+        minidp.comm.all_reduce(torch.ones(3), algorithm="tree")
+    elif case == "gather_list":
+        minidp.comm.all_gather([torch.empty(3)], torch.ones(3))
+
+
+@pytest.mark.parametrize(
+    "case, pattern",
+    [
+        (
+            "int_avg",
+            r"TypeError: ring_all_reduce: op 'avg' needs a floating-point tensor but got "
+            r"torch.int64",
+        ),
+        (
+            "bool",
+            r"TypeError: ring_all_reduce: dtype torch.bool is not supported — expected one of",
+        ),
+        ("op", r"ValueError: all_reduce|ValueError: ring_all_reduce: unsupported op 'median'"),
+        ("src", r"ValueError: broadcast: src must be a rank in \[0, 1\] .* got 2"),
+        ("algorithm", r"ValueError: all_reduce: algorithm must be one of .* got 'tree'"),
+        ("gather_list", r"ValueError: all_gather: tensor_list has 1 tensors but the group has 2"),
+    ],
+)
+def test_bad_input_clear_errors(case, pattern):
+    with pytest.raises(WorkerError, match=pattern):
+        run_threads(_bad, 2, case, timeout=20)
+
+
+def test_world_of_one_is_identity():
+    def one(rank, world):
+        x = torch.arange(5.0)
+        return minidp.comm.ring_all_reduce(x.clone()), minidp.comm.naive_all_reduce(
+            x.clone(), "max"
+        )
+
+    ((ring, naive),) = run_threads(one, 1)
+    assert torch.equal(ring, torch.arange(5.0)) and torch.equal(naive, torch.arange(5.0))
+
+
+def test_no_group_gives_clear_error():
+    with pytest.raises(RuntimeError, match="minidp.comm: no process group — expected"):
+        minidp.comm.ring_all_reduce(torch.ones(2))

@@ -1,0 +1,132 @@
+"""minidp.launch: real worlds start, return results in rank order, and fail loudly.
+
+Run: ``pytest tests/test_launch.py``
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import minidp
+from minidp.launch import WorkerError, run_threads, spawn
+
+
+def child_pids() -> set[int]:
+    """Live (non-zombie) processes whose parent is this test process."""
+    me, found = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            found.add(int(entry))
+    return found
+
+
+def _sum_ranks(rank, world):
+    t = torch.full((3,), float(rank))
+    minidp.comm.ring_all_reduce(t)
+    env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    return rank, t, dist.get_rank(), dist.get_world_size(), env
+
+
+def test_process_world_runs_in_rank_order_and_sets_torchrun_env(process_world):
+    world = process_world(3)
+    for _ in range(2):  # reusable across calls
+        out = world.run(_sum_ranks)
+        for rank, (r, t, drank, dworld, env) in enumerate(out):
+            assert r == rank == drank and dworld == 3
+            assert torch.equal(t, torch.full((3,), 3.0))
+            assert env == {
+                "RANK": str(rank),
+                "WORLD_SIZE": "3",
+                "LOCAL_RANK": str(rank),
+                "MASTER_ADDR": "127.0.0.1",
+            }
+
+
+def _raise_on_rank_1(rank, world):
+    if rank == 1:
+        raise ValueError("bad batch on rank 1")
+    minidp.comm.ring_all_reduce(torch.ones(4))
+
+
+def _exit_on_rank_2(rank, world):
+    if rank == 2:
+        os._exit(3)
+    minidp.comm.ring_all_reduce(torch.ones(4))
+
+
+def _kill_rank_0(rank, world):
+    if rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    minidp.comm.ring_all_reduce(torch.ones(4))
+
+
+def test_spawn_names_the_rank_that_raised_and_leaves_no_process():
+    before = child_pids()
+    with pytest.raises(WorkerError, match=r"rank 1 raised ValueError: bad batch on rank 1") as info:
+        spawn(_raise_on_rank_1, 3, timeout=30)
+    assert info.value.rank == 1 and info.value.exc_type == "ValueError"
+    assert "_raise_on_rank_1" in info.value.traceback  # the rank's own traceback
+    assert child_pids() <= before
+
+
+def test_spawn_reports_a_hard_exit_and_the_bystanders():
+    before = child_pids()
+    with pytest.raises(WorkerError, match=r"rank 2 exited with code 3 without returning") as info:
+        spawn(_exit_on_rank_2, 3, timeout=30)
+    assert info.value.rank == 2 and info.value.exitcode == 3
+    assert child_pids() <= before
+
+
+def test_spawn_reports_a_signal():
+    before = child_pids()
+    with pytest.raises(WorkerError, match=r"rank 0 was killed by signal SIGKILL"):
+        spawn(_kill_rank_0, 2, timeout=30)
+    assert child_pids() <= before
+
+
+def test_spawn_rejects_unpicklable_functions_clearly():
+    with pytest.raises(
+        TypeError, match=r"fn and args must be picklable .* Hint: define fn at module"
+    ):
+        spawn(lambda rank, world: rank, 1)
+
+
+def test_run_threads_returns_in_rank_order():
+    out = run_threads(lambda rank, world: (rank, minidp.comm.get_world_size()), 5)
+    assert out == [(r, 5) for r in range(5)]
+
+
+def _thread_fail(rank, world):
+    if rank == 2:
+        raise KeyError("missing shard")
+    minidp.comm.ring_all_reduce(torch.ones(8))  # peers block here until rank 2's group is aborted
+
+
+def test_run_threads_failure_names_root_cause_and_bystanders_fail_fast():
+    # timeout=600: if the bystanders were only freed by the timeout, the test would stall;
+    # instead they must fail with PeerError (the failing rank's group is aborted at once).
+    with pytest.raises(WorkerError, match=r"rank 2 raised KeyError: 'missing shard'") as info:
+        run_threads(_thread_fail, 4, timeout=600)
+    bystanders = info.value.failures[1:]
+    assert {f.rank for f in bystanders} == {0, 1, 3}
+    assert all(f.exc_type == "PeerError" for f in bystanders)
+    assert all("lost its connection to rank" in f.message for f in bystanders)
+    rank0 = next(f for f in bystanders if f.rank == 0)  # rank 0 was waiting for rank 2's header
+    assert "lost its connection to rank 2" in rank0.message
+
+
+def test_run_threads_rejects_bad_world_size():
+    with pytest.raises(ValueError, match=r"world_size must be >= 1, got 0"):
+        run_threads(lambda r, w: None, 0)
