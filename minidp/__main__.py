@@ -44,11 +44,19 @@ def main(argv: list[str] | None = None) -> int:
         ("demo", DEMOS, "run a classroom demo"),
         ("bench", BENCHES, "run a benchmark"),
     ):
-        p = sub.add_parser(name, help=text, description=text)
+        # add_help=False: "minidp demo ring --help" must reach the demo's own parser
+        p = sub.add_parser(name, help=text, description=text, add_help=False)
         p.add_argument(
             "which", choices=sorted(table), help=", ".join(f"{k}: {v}" for k, v in table.items())
         )
-    sub.add_parser("diagrams", help="regenerate the pictures in diagrams/ from real traced runs")
+    sub.add_parser(
+        "diagrams",
+        help="regenerate the pictures in diagrams/ from real traced runs",
+        add_help=False,
+    )
+    if argv[:1] in (["demo"], ["bench"]) and (len(argv) == 1 or argv[1].startswith("-")):
+        parser.print_help()  # "minidp demo --help": list the demos rather than fail
+        return 0
     args, rest = parser.parse_known_args(argv)
     if args.command is None:
         parser.print_help()

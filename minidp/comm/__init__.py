@@ -9,6 +9,7 @@
 Test: ``pytest tests/test_collectives.py``; benchmark: ``python -m minidp bench allreduce``.
 """
 
+from minidp.comm.agree import checked
 from minidp.comm.collectives import all_gather, all_reduce, barrier, broadcast, reduce_scatter
 from minidp.comm.errors import CollectiveError, CollectiveTimeout, MismatchError, PeerError
 from minidp.comm.group import get_rank, get_world_size, use_group
@@ -26,6 +27,7 @@ __all__ = [
     "all_reduce",
     "barrier",
     "broadcast",
+    "checked",
     "count_traffic",
     "get_rank",
     "get_world_size",

@@ -99,7 +99,7 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None
         flat[rank * n : (rank + 1) * n] = tensor.reshape(-1)
         if n and world > 1:
             chunks, seg = _even_chunks(n, world, tensor.element_size())
-            ring_pass(flat, chunks, seg, g, None)
+            ring_pass(flat, chunks, seg, g, None, 0, world - 1)
         for i, out in enumerate(tensor_list):
             out.copy_(flat[i * n : (i + 1) * n].view(out.shape))
         return tensor_list
@@ -135,7 +135,7 @@ def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op="sum
         flat = torch.cat([t.reshape(-1) for t in input_list])  # (world * numel,) rank-local copy
         if n and world > 1:
             chunks, seg = _even_chunks(n, world, output.element_size())
-            ring_pass(flat, chunks, seg, g, name)
+            ring_pass(flat, chunks, seg, g, name, world - 1, 0)
         mine = flat[rank * n : (rank + 1) * n]
         ops.finish(name, mine, world)
         output.copy_(mine.view(output.shape))

@@ -1,0 +1,130 @@
+"""Benchmark: minidp's ring and parameter-server all-reduce against gloo's own, same run.
+
+Run: ``python -m minidp bench allreduce`` (``--quick`` for a short run, ``--help``).
+
+For each world size (real processes, gloo) and tensor size, the three all-reduces take
+turns repetition by repetition (so background load hits all three alike); each repetition
+starts after a barrier and counts the slowest rank. Reported: median time, algorithm
+bandwidth ``algbw = bytes / time`` and bus bandwidth ``busbw = algbw · 2(n-1)/n`` (the
+nccl-tests formula: the bytes each rank's link really carries for an all-reduce), and the
+ratio of each minidp time to gloo's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import minidp
+from minidp.launch import ProcessWorld
+
+ALGOS = ("gloo", "ring", "naive")
+KIB = 1024
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps: int) -> dict:
+    """Rank function: time every algorithm on every size; rank 0 reports progress."""
+    results = {}
+    for nbytes in sizes:
+        x = torch.randn(nbytes // 4)
+        ops = {
+            "gloo": lambda t: dist.all_reduce(t),
+            "ring": lambda t: minidp.comm.ring_all_reduce(t),
+            "naive": lambda t: minidp.comm.naive_all_reduce(t),
+        }
+        times: dict[str, list[float]] = {a: [] for a in ALGOS}
+        started = time.perf_counter()
+        reps = 0
+        while reps < max_reps and (reps < 3 or time.perf_counter() - started < budget_s):
+            for algo in ALGOS:
+                t = x.clone()
+                dist.barrier()
+                t0 = time.perf_counter()
+                ops[algo](t)
+                dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+                dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the slowest rank sets the time
+                times[algo].append(float(dt))
+            reps += 1
+        results[nbytes] = {a: statistics.median(v) for a, v in times.items()}
+        if rank == 0:
+            r = results[nbytes]
+            print(
+                f"  [{world} ranks] {_fmt_bytes(nbytes):>8}: gloo {r['gloo'] * 1e3:8.2f} ms  "
+                f"ring {r['ring'] * 1e3:8.2f} ms  naive {r['naive'] * 1e3:8.2f} ms  ({reps} reps)",
+                file=sys.stderr,
+                flush=True,
+            )
+    return results
+
+
+def table(results: dict[int, dict[int, dict[str, float]]]) -> str:
+    """Markdown table: one row per (world, size, algorithm)."""
+    lines = [
+        "| ranks | size | algorithm | median ms | algbw GB/s | busbw GB/s | time vs gloo |",
+        "|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for world, per_size in results.items():
+        for nbytes, times in per_size.items():
+            for algo in ALGOS:
+                t = times[algo]
+                algbw = nbytes / t / 1e9
+                busbw = algbw * 2 * (world - 1) / world
+                lines.append(
+                    f"| {world} | {_fmt_bytes(nbytes)} | {algo} | {t * 1e3:.2f} | {algbw:.2f} | "
+                    f"{busbw:.2f} | {t / times['gloo']:.2f}x |"
+                )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="minidp bench allreduce",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--worlds", type=int, nargs="+", default=[2, 4], help="world sizes (2 4)")
+    p.add_argument("--min-size", type=int, default=4 * KIB, help="smallest size in bytes (4 KiB)")
+    p.add_argument("--max-size", type=int, default=64 << 20, help="largest size in bytes (64 MiB)")
+    p.add_argument("--budget", type=float, default=1.5, help="seconds per size (1.5)")
+    p.add_argument("--max-reps", type=int, default=50, help="repetitions per size at most (50)")
+    p.add_argument("--quick", action="store_true", help="sizes 4 KiB..1 MiB, short budget")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.max_size, args.budget, args.max_reps = min(args.max_size, 1 << 20), 0.2, 5
+    sizes = []
+    n = args.min_size
+    while n <= args.max_size:
+        sizes.append(n)
+        n *= 4
+    print(
+        f"all-reduce benchmark on {platform.machine()} with {os.cpu_count()} CPU cores, "
+        f"torch {torch.__version__}, float32, gloo over loopback; sizes "
+        f"{_fmt_bytes(sizes[0])}..{_fmt_bytes(sizes[-1])}, worlds {args.worlds}",
+        flush=True,
+    )
+    results = {}
+    for world in args.worlds:
+        print(f"starting {world} rank processes ...", file=sys.stderr, flush=True)
+        with ProcessWorld(world, timeout=300) as w:
+            results[world] = w.run(_measure, sizes, args.budget, args.max_reps)[0]
+    print()
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
