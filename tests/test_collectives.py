@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import minidp
+from minidp.comm import agree
 from minidp.comm import group as groups
 from minidp.comm.ring import gloo_layout
 from minidp.launch import WorkerError, run_threads
@@ -215,7 +216,7 @@ def test_traffic_parameter_server_vs_ring():
         return ring, naive
 
     size = numel * 4
-    header = 14 * 8  # the cross-rank check: one 14 x int64 header to rank 0 ...
+    header = agree._HEADER * 8  # the cross-rank check: one int64 header to rank 0 ...
     table = world * header  # ... and the table of all headers back
     for rank, (ring, naive) in enumerate(run_threads(measure, world)):
         assert (
