@@ -18,22 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import minidp
-from minidp.comm import agree
+from minidp.comm import agree, ops
 from minidp.comm import group as groups
 from minidp.comm.ring import gloo_layout
 from minidp.launch import WorkerError, run_threads
 
-ALL_DTYPES = [
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.int8,
-    torch.uint8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-]
+ALL_DTYPES = list(ops.DTYPES)  # float16, bfloat16, float32, float64, int8, uint8, int16..int64
 OPS = ["sum", "avg", "max", "min", "product"]
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 
 import torch
 
-from minidp.comm import p2p
+from minidp.comm import ops, p2p
 from minidp.comm.errors import MismatchError
 
 KINDS = (
@@ -44,20 +44,9 @@ KINDS = (
     "textbook_ring_all_reduce",
 )
 _OPS = ("sum", "avg", "max", "min", "product")
-_DTYPES = (
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.int8,
-    torch.uint8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.bool,
-    torch.complex64,
-    torch.complex128,
-)
+# every dtype a header can name: the supported ones, plus a few common unsupported ones so a
+# rank passing one is reported by name before its local dtype check fails
+_DTYPES = ops.DTYPES + (torch.bool, torch.complex64, torch.complex128)
 _MAX_DIMS = 8
 _CHECKED = 6 + _MAX_DIMS  # checked-mode fields start here: flag, sequence number, call site
 _HEADER = _CHECKED + 3  # kind, numel, dtype, op, extra, ndim, dims..., flag, seq, site
