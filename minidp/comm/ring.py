@@ -133,14 +133,22 @@ def ring_pass(
     # their own, so they are all posted at once and the sender never waits for one.
     pending = collections.deque(post(i) for i in range(min(window, n_reduce)))
     pending.extend(post(i) for i in range(n_reduce, len(slots)))
-    first = (rank + off) % world
-    sends = [p2p.isend(flat[a:b], left, group, k) for k, (a, b) in enumerate(segs[first])]
+    # The first step's sends: a send whose receive the peer has not posted yet waits inside
+    # the transport, so when reducing, send only as many as the peer has buffers for and
+    # release one more each time a buffer of ours frees up (the peer mirrors us).
+    first = [(k, a, b) for k, (a, b) in enumerate(segs[(rank + off) % world])]
+    ahead = window if n_reduce else len(first)
+    sends = [p2p.isend(flat[a:b], left, group, k) for k, a, b in first[:ahead]]
     for i, (step, k, a, b) in enumerate(slots):
         pending.popleft().wait()
         if step < reduce_steps:
             ops.combine(op, flat[a:b], scratch[i % window, : b - a])  # mine OP acc
             if i + window < n_reduce:  # reuse the buffer just consumed
                 pending.insert(window - 1, post(i + window))
+            # release the next first-step send; after our last reducing receive, all the rest
+            # (chunks may hold different numbers of segments: never leave one behind)
+            release = first[i + ahead : i + ahead + 1] if i + 1 < n_reduce else first[i + ahead :]
+            sends.extend(p2p.isend(flat[a0:b0], left, group, k0) for k0, a0, b0 in release)
         if step + 1 < steps:  # forward this segment now: it is step+1's send
             sends.append(p2p.isend(flat[a:b], left, group, (step + 1) * stride + k))
     p2p.wait_all(sends)
