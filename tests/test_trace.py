@@ -88,6 +88,20 @@ def test_off_records_nothing_and_costs_little():
     assert trace.span("a") is trace.span("b")  # no allocation per call when off
 
 
+def test_public_names_and_the_flag_hot_paths_read():
+    # The package re-exports its submodules' names; the hot paths test ``trace.active`` on
+    # the package itself, so that is the flag recording() must flip.
+    from minidp.comm import p2p
+
+    for name in ("active", "recording", "span", "instant", "complete", "now_us", "save",
+                 "load", "to_chrome", "Recording", "tap", "MessageLog", "Message"):  # fmt: skip
+        assert hasattr(trace, name), name
+    assert p2p.trace is trace
+    with trace.recording():
+        assert p2p.trace.active
+    assert not p2p.trace.active
+
+
 def test_complete_records_a_measured_interval():
     with trace.recording() as rec:
         t0 = trace.now_us()
