@@ -90,3 +90,18 @@ def test_step_mode_as_a_subprocess():
     assert proc.stdout.count("(Enter: next step)") == 4
     assert "torch.equal: True on every rank" in proc.stdout
     assert "\033[" not in proc.stdout
+
+
+def test_plain_ascii_terminal():
+    """A terminal that cannot print Unicode gets ASCII arrows and dashes, not a crash."""
+    env = {**__import__("os").environ, "PYTHONIOENCODING": "ascii", "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "minidp", "demo", "ring", "--world-size", "3", "--numel", "6"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "torch.equal: True on every rank" in proc.stdout
+    assert "<--" in proc.stdout and "—" not in proc.stdout

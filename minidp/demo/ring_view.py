@@ -29,6 +29,7 @@ class Style:
         self.to_right = "──▶" if unicode else "-->"
         self.rule = "─" if unicode else "-"
         self.dot = "·" if unicode else "."
+        self.dash = "—" if unicode else "-"
 
     def _sgr(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.color else text
@@ -164,7 +165,7 @@ def render_summary(run: RingRun, style: Style) -> list[str]:
     )
     lines.append(
         "  (header check: before any collective, minidp checks that every rank called the same"
-        " one — a few bytes via rank 0)"
+        f" one {style.dash} a few bytes via rank 0)"
     )
     ok = run.equal
     verdict = style.done("torch.equal: True on every rank") if ok else "torch.equal: FALSE"
