@@ -6,7 +6,8 @@ Test: ``pytest tests/test_launch.py``
 """
 
 from minidp.launch.errors import WorkerError
-from minidp.launch.processes import ProcessWorld, launch, launched_by_torchrun, spawn
+from minidp.launch.processes import ProcessWorld, spawn
 from minidp.launch.threads import run_threads
+from minidp.launch.torchrun import launch, launched_by_torchrun
 
 __all__ = ["ProcessWorld", "WorkerError", "launch", "launched_by_torchrun", "run_threads", "spawn"]

@@ -31,6 +31,7 @@ Test: ``pytest tests/test_launch.py``
 from __future__ import annotations
 
 import datetime
+import gc
 import multiprocessing as mp
 import os
 import pickle
@@ -98,7 +99,7 @@ def _worker(rank, world_size, port, backend, timeout, conn, parent_pid) -> None:
         except BaseException as exc:
             conn.send(("error", _describe(exc)))
     try:
-        dist.destroy_process_group()
+        destroy_group()
     except Exception:
         pass
 
@@ -273,27 +274,15 @@ def spawn(
         return world.run(fn, *args)
 
 
-def launched_by_torchrun() -> bool:
-    """True inside a process started by ``torchrun`` (env:// variables present)."""
-    return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
+def destroy_group() -> None:
+    """Free everything that still holds the group, then destroy it.
 
-
-def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "gloo") -> list:
-    """Run ``fn`` on every rank, whichever way the script was started.
-
-    * ``python script.py``: spawns ``world_size`` ranks with :func:`spawn`; returns every
-      rank's result.
-    * ``torchrun --nproc-per-node N script.py``: this process *is* one rank; joins the
-      default group from the env:// variables, runs ``fn(rank, world_size, *args)`` and
-      returns a list where only this rank's entry is filled.
+    Wrappers such as DDP live in reference cycles (module <-> reducer <-> hooks) that only
+    the cyclic garbage collector frees. Left to interpreter shutdown, they would drop the
+    last reference to the gloo group in the middle of finalization, which can abort the
+    process ("terminate called without an active exception") after a successful run.
     """
-    if not launched_by_torchrun():
-        return spawn(fn, world_size, *args, backend=backend)
-    dist.init_process_group(backend)  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-    try:
-        rank, size = dist.get_rank(), dist.get_world_size()
-        out: list[Any] = [None] * size
-        out[rank] = fn(rank, size, *args)
-        return out
-    finally:
+    gc.collect()
+    if dist.is_initialized():
         dist.destroy_process_group()
+    gc.collect()
