@@ -19,20 +19,17 @@ Run: ``pytest tests/test_faults.py``
 from __future__ import annotations
 
 import datetime
-import os
 import re
 import signal
-import threading
 import time
-from multiprocessing import resource_tracker
 
 import pytest
 import torch
 import torch.distributed as dist
-from test_launch import child_pids
 from torch import nn
 
 import minidp
+from minidp.bench.faults import child_processes, killed_mid_all_reduce
 from minidp.comm import all_reduce, checked
 from minidp.comm import group as groups
 from minidp.launch import ProcessWorld, WorkerError, run_threads, spawn
@@ -40,13 +37,6 @@ from minidp.launch import ProcessWorld, WorkerError, run_threads, spawn
 DDP = minidp.DistributedDataParallel
 SHORT = 2.0  # seconds: the group timeout of the stall tests
 LONG = 600.0  # seconds: a timeout no test could wait for
-
-
-def _children() -> set[int]:
-    # multiprocessing's resource tracker is started by the first spawn and lives on: it
-    # is not a rank, so start it before counting.
-    resource_tracker.ensure_running()
-    return child_pids()
 
 
 def _pin() -> None:
@@ -99,29 +89,7 @@ def test_a_rank_that_stops_calling_makes_the_others_time_out_naming_it(how, patt
 
 
 # ---- a rank is SIGKILLed in the middle of a large ring all-reduce ----------------------
-
-KILL_NUMEL = 16 << 20  # 64 MiB of float32 per rank: many 2 MiB messages round the ring
-KILL_AFTER = 8 << 20  # rank 1 dies once it has put 8 MiB on the wire (of ~85 MiB)
-
-
-def _die_when(traffic, done: threading.Event) -> None:
-    while not done.is_set():
-        if traffic.sent_bytes >= KILL_AFTER:
-            os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(0.0005)
-
-
-def _killed_mid_all_reduce(rank, world):
-    x = torch.ones(KILL_NUMEL)
-    done = threading.Event()
-    with minidp.comm.count_traffic() as traffic:
-        if rank == 1:  # a watcher thread: the main thread is busy inside the collective
-            threading.Thread(target=_die_when, args=(traffic, done), daemon=True).start()
-        try:
-            minidp.comm.ring_all_reduce(x)
-        finally:
-            done.set()
-    return traffic.sent_bytes  # only reached if the collective finished before the kill
+# (the injector lives in minidp/bench/faults.py, which times the same fault)
 
 
 def test_rank_killed_mid_all_reduce_is_the_root_cause_and_nothing_is_left():
@@ -132,9 +100,9 @@ def test_rank_killed_mid_all_reduce_is_the_root_cause_and_nothing_is_left():
     killed mid-message is not always woken by gloo's connection-closed handling (also with
     plain ``ProcessGroupGloo.send/recv``, no minidp involved), and then only the group's
     timeout (600 s here) or the launcher ends the wait."""
-    before = _children()
+    before = child_processes()
     with pytest.raises(WorkerError, match=r"spawn: rank 1 was killed by signal SIGKILL") as info:
-        spawn(_killed_mid_all_reduce, 3, timeout=LONG)
+        spawn(killed_mid_all_reduce, 3, timeout=LONG)
     err = info.value
     assert err.rank == 1 and err.exitcode == -signal.SIGKILL
     raised = {f.rank: f for f in err.failures[1:]}
@@ -146,7 +114,7 @@ def test_rank_killed_mid_all_reduce_is_the_root_cause_and_nothing_is_left():
     for f in raised.values():
         assert f.exc_type == "PeerError" and f.bystander
         assert f.message.startswith(f"ring_all_reduce(gloo): rank {f.rank} lost its connection")
-    assert _children() <= before
+    assert child_processes() <= before
 
 
 # ---- a rank spins forever in Python (no collective to time out) ------------------------
@@ -164,7 +132,7 @@ def _spin(rank, world, stuck, peers_communicate):
 
 
 def test_rank_stuck_in_python_while_a_peer_waits_in_a_collective():
-    before = _children()
+    before = child_processes()
     with ProcessWorld(2, timeout=LONG) as world:
         with pytest.raises(WorkerError) as info:
             world.run(_spin, [1], True)  # no deadline: the collective's timeout must do it
@@ -172,17 +140,17 @@ def test_rank_stuck_in_python_while_a_peer_waits_in_a_collective():
     assert info.value.exc_type == "CollectiveTimeout"
     assert "rank 0 timed out waiting to recv from rank 1" in text
     assert "ranks still running when the others failed: [1]" in text  # ... and stopped
-    assert _children() <= before
+    assert child_processes() <= before
 
 
 def test_ranks_stuck_in_python_are_stopped_by_the_run_deadline():
-    before = _children()
+    before = child_processes()
     with ProcessWorld(2, timeout=LONG) as world:
         with pytest.raises(WorkerError, match=r"spawn: rank 0 .*still running after 2s") as info:
             world.run(_spin, [0, 1], False, timeout=SHORT)
         assert "ranks still running when the others failed: [0, 1]" in str(info.value)
         assert world.broken
-    assert _children() <= before
+    assert child_processes() <= before
 
 
 # ---- desynchronised ranks: plain mode pairs equal headers, checked mode refuses ---------
@@ -477,3 +445,13 @@ def _leaf(rank, world):
 def test_all_reduce_of_a_leaf_that_requires_grad_works_like_torch():
     out = run_threads(_leaf, 2, timeout=60)
     assert all(torch.equal(t, torch.full((3,), 3.0)) for t in out)
+
+
+def test_bench_faults_prints_a_row_per_fault(capsys):
+    from minidp.bench import faults
+
+    assert faults.main(["--only", "op sum vs max", "--no-cost"]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | desync | op sum vs max | 2 threads | rank " in out
+    assert "raised MismatchError: all_reduce: rank 1 passed" in out and "| clear |" in out
+    assert "hung: 0; processes or rank threads left behind: 0." in out
