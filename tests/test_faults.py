@@ -1,17 +1,21 @@
 """Faults: a rank that stalls, stops calling, dies mid-transfer, spins forever, or calls
-different collectives than its peers. Every case must end in an error that names the rank
-and the collective, never a hang, never a silently wrong result, and no process left over.
+different collectives than its peers. Each must end in an error that names the rank and
+the collective, without a hang and with no process left over.
 
 How promptness is proven without timing anything:
 
-* a death must surface as :class:`PeerError` ("lost its connection to rank P") while the
-  group's timeout is 600 s: a bystander freed only by the timeout would hang the test;
+* a death must end the run while the group's timeout is 600 s (a run freed only by the
+  timeout would hang the test): the dead rank's neighbour raises :class:`PeerError`
+  ("lost its connection to rank P") or is stopped by the launcher;
 * a stall must surface as :class:`CollectiveTimeout` under a SHORT timeout (2 s), naming
   the rank that stopped.
 
 Checked mode (``minidp.comm.checked()`` / ``MINIDP_DEBUG=DETAIL``) is what catches
-desynchronised ranks whose calls happen to have equal headers; the tests below show plain
-mode pairing them up silently (asserting the wrong sums), then checked mode refusing them.
+desynchronised ranks whose calls happen to have equal headers: the tests assert that
+plain mode pairs them up silently (the wrong sums), then that checked mode refuses them,
+and pin down the one case it cannot see (a skipped iteration of a same-line loop).
+Known defects are ``xfail(strict=True)`` with the reason: they turn into failures, to be
+unmarked, once fixed.
 
 Run: ``pytest tests/test_faults.py``
 """
