@@ -13,23 +13,7 @@ import torch
 import torch.distributed as dist
 
 import minidp
-from minidp.launch import WorkerError, run_threads, spawn
-
-
-def child_pids() -> set[int]:
-    """Live (non-zombie) processes whose parent is this test process."""
-    me, found = os.getpid(), set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me and fields[0] != "Z":
-            found.add(int(entry))
-    return found
+from minidp.launch import WorkerError, child_processes, run_threads, spawn
 
 
 def _sum_ranks(rank, world):
@@ -73,27 +57,27 @@ def _kill_rank_0(rank, world):
 
 
 def test_spawn_names_the_rank_that_raised_and_leaves_no_process():
-    before = child_pids()
+    before = child_processes()
     with pytest.raises(WorkerError, match=r"rank 1 raised ValueError: bad batch on rank 1") as info:
         spawn(_raise_on_rank_1, 3, timeout=30)
     assert info.value.rank == 1 and info.value.exc_type == "ValueError"
     assert "_raise_on_rank_1" in info.value.traceback  # the rank's own traceback
-    assert child_pids() <= before
+    assert child_processes() <= before
 
 
 def test_spawn_reports_a_hard_exit_and_the_bystanders():
-    before = child_pids()
+    before = child_processes()
     with pytest.raises(WorkerError, match=r"rank 2 exited with code 3 without returning") as info:
         spawn(_exit_on_rank_2, 3, timeout=30)
     assert info.value.rank == 2 and info.value.exitcode == 3
-    assert child_pids() <= before
+    assert child_processes() <= before
 
 
 def test_spawn_reports_a_signal():
-    before = child_pids()
+    before = child_processes()
     with pytest.raises(WorkerError, match=r"rank 0 was killed by signal SIGKILL"):
         spawn(_kill_rank_0, 2, timeout=30)
-    assert child_pids() <= before
+    assert child_processes() <= before
 
 
 def test_spawn_rejects_unpicklable_functions_clearly():

@@ -47,9 +47,10 @@ def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps:
             "naive": lambda t: minidp.comm.naive_all_reduce(t),
         }
         times: dict[str, list[float]] = {a: [] for a in ALGOS}
-        started = time.perf_counter()
         reps = 0
-        while reps < max_reps and (reps < 3 or time.perf_counter() - started < budget_s):
+        # Stop on the summed slowest-rank times, which are the same number on every rank:
+        # a rank's own clock could stop it one repetition early and desync the others.
+        while reps < max_reps and (reps < 3 or sum(map(sum, times.values())) < budget_s):
             for algo in ALGOS:
                 t = x.clone()
                 dist.barrier()

@@ -26,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
+import weakref
 import zlib
 from collections.abc import Iterator
 
@@ -51,20 +53,31 @@ _MAX_DIMS = 8
 _CHECKED = 6 + _MAX_DIMS  # checked-mode fields start here: flag, sequence number, call site
 _HEADER = _CHECKED + 3  # kind, numel, dtype, op, extra, ndim, dims..., flag, seq, site
 HEADER_TAG = 1 << 30  # header messages never match data messages (those use small tags)
-_state = {"checked": os.environ.get("MINIDP_DEBUG", "").upper() == "DETAIL"}
-_sequence: dict[int, int] = {}  # id(group) -> collectives called on it (checked mode only)
+_CHECKED_BY_ENV = os.environ.get("MINIDP_DEBUG", "").upper() == "DETAIL"
+_local = threading.local()  # per-thread: checked mode set by checked() (rank-local)
+# collectives called on each group, checked mode only; weak keys: a finished world's group
+# must not pass its count to a new group that happens to reuse its memory
+_sequence: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../minidp
+
+
+def is_checked() -> bool:
+    """Whether this thread's collectives are fingerprinted (checked mode)."""
+    return getattr(_local, "checked", _CHECKED_BY_ENV)
 
 
 @contextlib.contextmanager
 def checked(enabled: bool = True) -> Iterator[None]:
-    """Fingerprint every collective in the block (sequence number, shape, calling line)."""
-    previous = _state["checked"]
-    _state["checked"] = enabled
+    """Fingerprint every collective this thread calls in the block (sequence, shape, line).
+
+    Per thread, so each rank of a thread world decides for itself, as each process does.
+    """
+    previous = is_checked()
+    _local.checked = enabled
     try:
         yield
     finally:
-        _state["checked"] = previous
+        _local.checked = previous
 
 
 def _call_site() -> str:
@@ -78,12 +91,46 @@ def _call_site() -> str:
     return f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
+_BAD_INPUT = 99  # dtype field: this rank's input cannot take part (see check_input)
+
+
+def check_input(tensor, who: str) -> None:
+    """Raise a clear error for an argument no collective can send (on the calling rank)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(
+            f"{who}: expected a torch.Tensor but got {type(tensor).__name__} — "
+            "wrap the data with torch.as_tensor(...) first"
+        )
+    if tensor.layout != torch.strided:
+        raise TypeError(
+            f"{who}: expected a dense (strided) tensor but got layout {tensor.layout} — "
+            "use tensor.to_dense() first"
+        )
+    if tensor.device.type == "meta":
+        raise ValueError(
+            f"{who}: the tensor is on the meta device (shape only, no data) — "
+            "materialise it on 'cpu' (gloo) or 'cuda' (NCCL) first"
+        )
+    if tensor.dtype not in _DTYPES:
+        ops.check_dtype(tensor, None, who)  # raises, listing the supported dtypes
+
+
+def _input_ok(tensor) -> bool:
+    try:
+        check_input(tensor, "")
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _encode(kind: str, tensor: torch.Tensor | None, op: str | None, extra: int) -> torch.Tensor:
     h = torch.full((_HEADER,), -1, dtype=torch.int64)
     h[0] = KINDS.index(kind)
-    if tensor is not None:
+    if tensor is not None and not _input_ok(tensor):
+        h[2] = _BAD_INPUT  # shape unknown or meaningless: the verdict names the rank
+    elif tensor is not None:
         h[1] = tensor.numel()
-        h[2] = _DTYPES.index(tensor.dtype) if tensor.dtype in _DTYPES else 99
+        h[2] = _DTYPES.index(tensor.dtype)
         h[5] = tensor.dim()
         for i, d in enumerate(tensor.shape[:_MAX_DIMS]):
             h[6 + i] = d
@@ -96,9 +143,11 @@ def _encode(kind: str, tensor: torch.Tensor | None, op: str | None, extra: int) 
 def _describe(h: torch.Tensor, extra_name: str) -> str:
     kind = KINDS[int(h[0])]
     parts = [kind]
-    if int(h[1]) >= 0:
+    if int(h[2]) == _BAD_INPUT:
+        parts.append("an input no collective can send (see that rank's error)")
+    elif int(h[1]) >= 0:
         dims = [int(d) for d in h[6 : 6 + min(int(h[5]), _MAX_DIMS)]]
-        dtype = _DTYPES[int(h[2])] if int(h[2]) < len(_DTYPES) else "unsupported dtype"
+        dtype = _DTYPES[int(h[2])]
         parts.append(
             f"shape {tuple(dims)} ({int(h[1])} elements) {str(dtype).replace('torch.', '')}"
         )
@@ -123,10 +172,10 @@ def agree(
         return
     mine = _encode(kind, tensor, op, extra)
     site = ""
-    if _state["checked"]:
+    if is_checked():
         site = _call_site()
-        seq = _sequence.get(id(group), 0)
-        _sequence[id(group)] = seq + 1
+        seq = _sequence.get(group, 0)
+        _sequence[group] = seq + 1
         mine[_CHECKED : _CHECKED + 3] = torch.tensor(
             [1, seq, zlib.crc32(site.encode()) & 0x7FFFFFFF], dtype=torch.int64
         )
@@ -140,6 +189,8 @@ def agree(
         reply = p2p.irecv(table, 0, group, HEADER_TAG + 1)  # post the receive first
         p2p.isend(mine, 0, group, HEADER_TAG).wait()
         reply.wait()
+    if tensor is not None and int(mine[2]) == _BAD_INPUT:
+        check_input(tensor, kind)  # this rank's own, precise error
     # Every rank now holds the same table, so every rank reaches the same verdict.
     # Shapes may differ (all_reduce only needs equal numel), so compare the first 5 fields.
     for r in range(1, world):

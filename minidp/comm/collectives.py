@@ -44,6 +44,7 @@ def _check_src(src: int, world: int, who: str) -> None:
         )
 
 
+@torch.no_grad()  # like c10d: a collective is not part of the autograd graph
 def broadcast(tensor: torch.Tensor, src: int = 0, group=None) -> torch.Tensor:
     """Copy ``tensor`` from rank ``src`` to every rank, in place; returns it."""
     g = groups.resolve(group)
@@ -75,6 +76,7 @@ def _even_chunks(n: int, world: int, element_size: int) -> tuple[list[tuple[int,
     return [(i * n, (i + 1) * n) for i in range(world)], max(min(seg, n), 1)
 
 
+@torch.no_grad()  # like c10d: a collective is not part of the autograd graph
 def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None) -> list:
     """Fill ``tensor_list[r]`` with rank r's ``tensor`` on every rank (ring); returns the list."""
     g = groups.resolve(group)
@@ -105,6 +107,7 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None
         return tensor_list
 
 
+@torch.no_grad()  # like c10d: a collective is not part of the autograd graph
 def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op="sum", group=None):
     """``output`` on rank r = reduction over ranks of ``input_list[r]`` (ring); returns it."""
     g = groups.resolve(group)

@@ -19,6 +19,7 @@ from minidp.comm import group as groups
 from minidp.comm.ring import _flat_inplace
 
 
+@torch.no_grad()  # like c10d: a collective is not part of the autograd graph
 def naive_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor:
     """All-reduce ``tensor`` in place through rank 0 (the parameter server); returns it."""
     g = groups.resolve(group)

@@ -165,6 +165,7 @@ def _flat_inplace(tensor: torch.Tensor, body) -> torch.Tensor:
     return tensor
 
 
+@torch.no_grad()  # like c10d: a collective is not part of the autograd graph
 def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None, layout: str = "gloo"):
     """All-reduce ``tensor`` in place round the ring; returns it.
 

@@ -6,8 +6,17 @@ Test: ``pytest tests/test_launch.py``
 """
 
 from minidp.launch.errors import WorkerError
+from minidp.launch.leftovers import child_processes
 from minidp.launch.processes import ProcessWorld, spawn
 from minidp.launch.threads import run_threads
 from minidp.launch.torchrun import launch, launched_by_torchrun
 
-__all__ = ["ProcessWorld", "WorkerError", "launch", "launched_by_torchrun", "run_threads", "spawn"]
+__all__ = [
+    "ProcessWorld",
+    "child_processes",
+    "WorkerError",
+    "launch",
+    "launched_by_torchrun",
+    "run_threads",
+    "spawn",
+]

@@ -16,8 +16,11 @@ class Failure:
     exitcode: int | None = None  # set when the process died (negative: killed by signal)
     bystander: bool = False  # failed only because a peer failed (lost connection)
     order: int = 0  # arrival order at the launcher
+    stuck: bool = False  # raised nothing: still running at the launcher's deadline
 
     def headline(self) -> str:
+        if self.stuck:
+            return f"rank {self.rank} was still running at the {self.message} deadline"
         if self.exitcode is not None:
             if self.exitcode < 0:
                 import signal
@@ -35,11 +38,11 @@ def pick_primary(failures: list[Failure]) -> Failure:
     """The root cause: a rank's own exception, else a death, else a bystander's error."""
 
     def priority(f: Failure) -> tuple[int, int]:
-        if f.exitcode is None and not f.bystander:
+        if f.exitcode is None and not f.bystander and not f.stuck:
             return (0, f.order)
         if f.exitcode is not None:
             return (1, f.order)
-        return (2, f.order)
+        return (2 if f.bystander else 3, f.order)
 
     return min(failures, key=priority)
 

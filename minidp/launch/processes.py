@@ -48,6 +48,7 @@ import torch.distributed as dist
 from minidp.launch.errors import Failure, WorkerError
 
 GRACE_S = 1.0  # after the first failure, how long to wait for the other ranks' reports
+STARTUP_S = 120.0  # deadline for the rank processes to start and join the group
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -98,6 +99,11 @@ def _worker(rank, world_size, port, backend, timeout, conn, parent_pid) -> None:
             conn.send(("ok", fn(rank, world_size, *args)))
         except BaseException as exc:
             conn.send(("error", _describe(exc)))
+            conn.close()
+            # Exit now: closing this rank's sockets makes peers blocked on it raise PeerError
+            # at once, instead of waiting to be killed. The world is unusable after a
+            # failure anyway (the launcher marks it broken).
+            os._exit(1)
     try:
         destroy_group()
     except Exception:
@@ -149,7 +155,9 @@ class ProcessWorld:
             child_end.close()
             self._conns.append(parent_end)
             self._procs.append(p)
-        self._collect("ProcessWorld start-up", timeout)
+        # Start-up (each rank imports torch) gets its own generous deadline: a short
+        # collective timeout must not make a loaded machine fail to start.
+        self._collect("ProcessWorld start-up", max(timeout, STARTUP_S))
 
     def run(self, fn: Callable[..., Any], *args, timeout: float | None = None) -> list:
         """Run ``fn(rank, world_size, *args)`` on every rank; return results in rank order.
@@ -220,15 +228,12 @@ class ProcessWorld:
                 first_failure_at = time.monotonic()
         if failures or pending:
             self.close(kill=True)
-            note = (
-                f"(ranks still running when the others failed: {sorted(pending)})"
-                if pending
-                else ""
-            )
-            if not failures:
-                failures.append(
-                    Failure(sorted(pending)[0], "TimeoutError", f"still running after {timeout:g}s")
-                )
+            if not failures:  # nobody raised: the whole call outlived its deadline
+                failures = [
+                    Failure(r, message=f"{timeout:g}s", stuck=True) for r in sorted(pending)
+                ]
+                pending = set()
+            note = f"(ranks stopped while still running: {sorted(pending)})" if pending else ""
             raise WorkerError(failures, launcher, note)
         return results
 
@@ -262,16 +267,25 @@ class ProcessWorld:
 
 
 def spawn(
-    fn: Callable[..., Any], world_size: int, *args, backend: str = "gloo", timeout: float = 60.0
+    fn: Callable[..., Any],
+    world_size: int,
+    *args,
+    backend: str = "gloo",
+    timeout: float = 60.0,
+    deadline: float | None = None,
 ) -> list:
     """Start ``world_size`` rank processes, run ``fn(rank, world_size, *args)``, return results.
+
+    ``timeout``: seconds any collective may wait (the process group's timeout).
+    ``deadline``: seconds the whole run may take (default: no limit) — for ranks that can
+    get stuck outside any collective.
 
     Raises:
         WorkerError: a rank raised or died; names the first failing rank with its traceback
             (or exit code / signal). All other ranks are stopped; no process is left behind.
     """
     with ProcessWorld(world_size, backend=backend, timeout=timeout) as world:
-        return world.run(fn, *args)
+        return world.run(fn, *args, timeout=deadline)
 
 
 def destroy_group() -> None:

@@ -15,6 +15,7 @@ Test: ``pytest tests/test_launch.py -k threads``
 from __future__ import annotations
 
 import datetime
+import gc
 import itertools
 import threading
 import time
@@ -76,6 +77,7 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
             # drop the last reference (the exception's frames are gone after this block).
             _abort(groups[rank])
             groups[rank] = exc = None
+            gc.collect()  # wrappers in reference cycles (DDP) may still hold the group
 
     threads = [
         threading.Thread(target=worker, args=(r,), name=f"{name}-rank{r}", daemon=True)
@@ -93,15 +95,9 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
         for t in threads:
             t.join(2.0)
         if not failures:
-            failures.append(
-                Failure(
-                    rank=stuck[0],
-                    exc_type="TimeoutError",
-                    message=f"still running after the {timeout:g}s timeout (ranks {stuck})",
-                )
-            )
+            failures = [Failure(rank=r, message=f"{timeout:g}s", stuck=True) for r in stuck]
     if failures:
-        note = f"(ranks still running at the deadline: {stuck})" if stuck else ""
+        note = f"(ranks still running at the {timeout:g}s deadline: {stuck})" if stuck else ""
         raise WorkerError(failures, "run_threads", note)
     return results
 

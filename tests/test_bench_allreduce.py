@@ -1,0 +1,20 @@
+"""``python -m minidp bench allreduce`` runs and prints its table (a smoke test, not a timing).
+
+Run: ``pytest tests/test_bench_allreduce.py``
+"""
+
+from __future__ import annotations
+
+from minidp.bench import allreduce
+
+
+def test_bench_allreduce_prints_rows_for_every_algorithm(capsys):
+    assert allreduce.main(["--quick", "--worlds", "2", "--max-size", "16384"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "| ranks | size | algorithm | median ms | algbw GB/s | busbw GB/s | time vs gloo |" in out
+    )
+    for size in ("4 KiB", "16 KiB"):
+        for algo in ("gloo", "ring", "naive"):
+            assert f"| 2 | {size} | {algo} |" in out
+    assert "| 2 | 4 KiB | gloo |" in out and "| 1.00x |" in out  # gloo is its own reference
