@@ -233,7 +233,7 @@ FAULTS = [
           ("spins",), r"rank 0 raised CollectiveTimeout: .*waiting to recv from rank 1",
           stall=True),
     Fault("fault", "every rank spins in Python, run(timeout=2)", "processes", 2, _all_spin,
-          (), r"still running after 2s", run_timeout=2.0, stall=True),
+          (), r"still running at the 2s deadline", run_timeout=2.0, stall=True),
     Fault("fault", "rank runs out of data (DDP, no join)", "processes", 2, _train_until,
           (0, "returns_early"), r"rank 1 raised CollectiveTimeout: .*to rank 0", stall=True),
     Fault("fault", "rank raises in a DDP step, thread world", "threads", 3, _train_until,

@@ -47,6 +47,7 @@ from minidp.bench.fault_cases import (  # re-exported: tests reuse the SIGKILL i
     killed_mid_all_reduce as killed_mid_all_reduce,
 )
 from minidp.launch import ProcessWorld, WorkerError, child_processes, run_threads
+from minidp.launch.errors import Failure
 
 # ---- running one row ----------------------------------------------------------------------
 
@@ -81,6 +82,11 @@ def _environ(extra: dict) -> Any:
                 os.environ[k] = v
 
 
+def _what(f: Failure) -> str:
+    """What one rank did, in a few words."""
+    return f.exc_type or ("still running" if f.stuck else f"exit {f.exitcode}")
+
+
 def _summarise(exc: BaseException) -> tuple[str, str, str]:
     """(what the root cause raised, the error's first line, what the others did)."""
     if not isinstance(exc, WorkerError):
@@ -89,10 +95,14 @@ def _summarise(exc: BaseException) -> tuple[str, str, str]:
     raised = exc.exc_type or first.split(" was killed by ")[-1].split(" (")[0]
     if exc.exitcode is not None and exc.exitcode >= 0:
         raised = f"exit code {exc.exitcode}"
+    if exc.failures[0].stuck:
+        raised = "still running"
     raised = f"rank {exc.rank}: {raised}"
-    others = [f"{f.rank}: {f.exc_type or f'exit {f.exitcode}'}" for f in exc.failures[1:]]
-    stopped = re.search(r"still running [a-z ]*: \[([\d, ]*)\]", str(exc))
-    if stopped and stopped.group(1):
+    others = [f"{f.rank}: {_what(f)}" for f in exc.failures[1:]]
+    # the launcher's note on ranks it stopped (process world) or that outlived the thread
+    # world's deadline; when nobody raised, those ranks are the failures listed above
+    stopped = re.search(r"still running[^:\n]*: \[([\d, ]*)\]", str(exc))
+    if stopped and stopped.group(1) and not exc.failures[0].stuck:
         others.append(f"stopped: [{stopped.group(1)}]")
     return raised, first, "; ".join(others)
 
@@ -124,7 +134,7 @@ def run_fault(fault: Fault) -> Outcome:
         return Outcome(fault, seconds, "none", "", "", False, leftovers, verdict)
     raised, first, others = _summarise(error)
     # the backstop's words (ProcessWorld.run's deadline, or the thread world's)
-    hung = f"still running after {BACKSTOP_S:g}s" in first or f"the {TIMEOUT_S:g}s timeout" in first
+    hung = any(f"at the {s:g}s deadline" in str(error) for s in (BACKSTOP_S, TIMEOUT_S))
     clear = re.search(fault.expect, first) is not None
     verdict = "clear" if clear else "UNCLEAR"
     if hung:
