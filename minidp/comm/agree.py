@@ -80,11 +80,15 @@ def checked(enabled: bool = True) -> Iterator[None]:
         _local.checked = previous
 
 
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+
+
 def _call_site() -> str:
-    """``file:line`` of the first caller outside minidp.comm (the user's, or DDP's, line)."""
-    comm_dir = os.path.join(_PACKAGE, "comm")
+    """``file:line`` of the first caller outside minidp.comm and torch (the user's line, or
+    DDP's); torch's frames are skipped too, since decorators such as no_grad add one."""
+    skip = (os.path.join(_PACKAGE, "comm"), _TORCH)
     frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(comm_dir):
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
         frame = frame.f_back
     if frame is None:
         return "?"

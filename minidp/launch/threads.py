@@ -25,6 +25,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from minidp.comm.agree import checked, is_checked
 from minidp.comm.errors import PeerError
 from minidp.comm.group import use_group
 from minidp.launch.errors import Failure, WorkerError
@@ -56,10 +57,12 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
     td = datetime.timedelta(seconds=timeout)
     name = f"minidp-world{next(_worlds)}"
 
+    checked_mode = is_checked()  # the caller's checked mode carries into every rank thread
+
     def worker(rank: int) -> None:
         try:
             groups[rank] = dist.ProcessGroupGloo(store, rank, world_size, td)
-            with use_group(groups[rank]):
+            with use_group(groups[rank]), checked(checked_mode):
                 results[rank] = fn(rank, world_size, *args)
         except BaseException as exc:  # report everything, including KeyboardInterrupt
             failure = Failure(
