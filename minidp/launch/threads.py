@@ -75,12 +75,15 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
             with lock:
                 failure.order = next(order)
                 failures.append(failure)
-            # Close this rank's connections so peers blocked on it fail at once with
-            # "connection closed" instead of waiting for the timeout: abort pending work and
-            # drop the last reference (the exception's frames are gone after this block).
-            _abort(groups[rank])
-            groups[rank] = exc = None
-            gc.collect()  # wrappers in reference cycles (DDP) may still hold the group
+        else:
+            return
+        # Failed: close this rank's connections so peers blocked on it fail at once with
+        # "connection closed" instead of waiting for the timeout. Here, after the except
+        # block, the exception's frames are gone; what may still hold the group are
+        # wrappers in reference cycles (DDP), which the collection frees.
+        _abort(groups[rank])
+        groups[rank] = None
+        gc.collect()
 
     threads = [
         threading.Thread(target=worker, args=(r,), name=f"{name}-rank{r}", daemon=True)
