@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 
 from minidp.comm import group as groups
+from minidp.comm import ops
 
 GLOO_OPS = {
     "sum": dist.ReduceOp.SUM,
@@ -14,16 +15,8 @@ GLOO_OPS = {
     "min": dist.ReduceOp.MIN,
     "product": dist.ReduceOp.PRODUCT,
 }
-GLOO_DTYPES = {  # dtypes gloo's own all_reduce accepts in torch 2.13 (no int16)
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.int8,
-    torch.uint8,
-    torch.int32,
-    torch.int64,
-}
+# dtypes gloo's own all_reduce accepts in torch 2.13: all of minidp's but int16
+GLOO_DTYPES = set(ops.DTYPES) - {torch.int16}
 
 
 def rank_input(rank: int, numel: int, dtype: torch.dtype, seed: int, shape=None) -> torch.Tensor:

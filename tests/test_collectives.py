@@ -41,6 +41,15 @@ def world_and_numel(draw):
     return world, numel
 
 
+# every all-reduce property test draws: (world, numel), dtype, op and a data seed
+ALL_REDUCE_CASES = given(
+    wn=world_and_numel(),
+    dtype=st.sampled_from(ALL_DTYPES),
+    op=st.sampled_from(OPS),
+    seed=st.integers(0, 10**6),
+)
+
+
 def _ring_vs_reference(rank, world, numel, dtype, op, seed):
     x = rank_input(rank, numel, dtype, seed)
     ours = minidp.comm.ring_all_reduce(x.clone(), op)
@@ -49,12 +58,7 @@ def _ring_vs_reference(rank, world, numel, dtype, op, seed):
 
 
 @FAST
-@given(
-    wn=world_and_numel(),
-    dtype=st.sampled_from(ALL_DTYPES),
-    op=st.sampled_from(OPS),
-    seed=st.integers(0, 10**6),
-)
+@ALL_REDUCE_CASES
 def test_ring_all_reduce_matches_gloo_bit_for_bit(wn, dtype, op, seed):
     world, numel = wn
     if op == "avg" and not dtype.is_floating_point:
@@ -119,12 +123,7 @@ def _textbook_and_naive(rank, world, numel, dtype, op, seed):
 
 
 @FAST
-@given(
-    wn=world_and_numel(),
-    dtype=st.sampled_from(ALL_DTYPES),
-    op=st.sampled_from(OPS),
-    seed=st.integers(0, 10**6),
-)
+@ALL_REDUCE_CASES
 def test_naive_and_textbook_all_reduce(wn, dtype, op, seed):
     world, numel = wn
     numel = min(numel, 5000)
