@@ -1,6 +1,7 @@
 """Terminal drawing of a recorded ring all-reduce: the rank x chunk grid, step by step.
 
-Pure text from a ``RingRun`` (``minidp.demo.ring.record_ring``): nothing here runs a rank.
+Pure text from a ``RingRun`` (``ring_run.py``; recorded by ``ring.record_ring``): nothing
+here runs a rank.
 Colour through ANSI codes when asked, else ``*``/``=`` markers; ASCII arrows when stdout
 cannot print Unicode.
 
@@ -11,12 +12,9 @@ Test: ``pytest tests/test_demo_ring.py``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
-if TYPE_CHECKING:  # only for the annotations; see render_step for the one runtime import
-    from minidp.demo.ring import RingRun, Step
+from minidp.demo.ring_run import REDUCE_SCATTER, RingRun, Step
 
 
 class Style:
@@ -91,8 +89,6 @@ def render_grid(run: RingRun, grid, highlight: set[tuple[int, int]], style: Styl
 
 def render_step(run: RingRun, step: Step, style: Style) -> list[str]:
     """Lines for one step: every message sent, then the rank x chunk table after it."""
-    # Imported here rather than at the top: ring.py imports this module to draw its run.
-    from minidp.demo.ring import REDUCE_SCATTER
 
     total = run.world - 1
     title = f"{step.phase}, step {step.index + 1} of {total}"
