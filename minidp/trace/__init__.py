@@ -60,8 +60,6 @@ from minidp.trace.record import (
 # too — a copy in a submodule would go stale for those readers.
 active = False  # True while at least one recording is open in this process
 
-_now_us = now_us  # older name, kept for callers
-
 __all__ = [
     "LANE_ORDER",
     "Message",
