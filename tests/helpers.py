@@ -1,4 +1,10 @@
-"""Small helpers shared by the collective tests (not a test module)."""
+"""Small helpers shared by the collective tests (not a test module).
+
+The gloo references work on every supported torch: where an older gloo lacks an operation
+(``ReduceOp.AVG`` and ``reduce_scatter`` before torch 2.8) they build the same result from
+operations it has, and tests/test_collectives.py checks on a newer torch that the stand-in
+is bit-identical to gloo's own operation.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from minidp.comm import ops
 
 GLOO_OPS = {
     "sum": dist.ReduceOp.SUM,
-    "avg": dist.ReduceOp.AVG,
+    "avg": dist.ReduceOp.AVG,  # the enum exists everywhere; gloo accepts it from torch 2.8
     "max": dist.ReduceOp.MAX,
     "min": dist.ReduceOp.MIN,
     "product": dist.ReduceOp.PRODUCT,
@@ -31,12 +37,60 @@ def rank_input(rank: int, numel: int, dtype: torch.dtype, seed: int, shape=None)
     return x.view(shape) if shape is not None else x
 
 
-def gloo_all_reduce(t: torch.Tensor, op: str) -> torch.Tensor:
-    """Reference: gloo's own all_reduce on this thread's/process's group."""
+# gloo's words when an older torch lacks the operation (raised locally, before any message)
+NO_GLOO_AVG = "Cannot use ReduceOp.AVG with Gloo"
+NO_GLOO_REDUCE_SCATTER = "does not support reduce_scatter"
+
+
+def _gloo_op(t: torch.Tensor, op: str) -> None:
     opts = dist.AllreduceOptions()
     opts.reduceOp = GLOO_OPS[op]
     groups.resolve().allreduce([t], opts).wait()
+
+
+def gloo_avg_as_sum_then_divide(t: torch.Tensor) -> torch.Tensor:
+    """AVG the way gloo does it where it has AVG: its SUM all-reduce, then ``t /= world``.
+
+    One rounding for the sum (gloo's ring, bit for bit) and one for the division: identical
+    bits to ``ReduceOp.AVG`` (checked by ``test_gloo_reference_fallbacks_are_exact``).
+    """
+    _gloo_op(t, "sum")
+    return t.div_(groups.resolve().size())
+
+
+def gloo_all_reduce(t: torch.Tensor, op: str) -> torch.Tensor:
+    """Reference: gloo's own all_reduce on this thread's/process's group."""
+    try:
+        _gloo_op(t, op)
+    except RuntimeError as e:  # torch < 2.8: gloo has no AVG
+        if op != "avg" or NO_GLOO_AVG not in str(e):
+            raise
+        gloo_avg_as_sum_then_divide(t)
     return t
+
+
+def gloo_reduce_scatter_by_all_reduce(output: torch.Tensor, inputs: list[torch.Tensor]):
+    """Reduce-scatter from gloo's SUM all-reduce: reduce every rank's whole list, keep ours.
+
+    Integers and integer-valued floats come out exactly as gloo's reduce_scatter would (every
+    order sums them exactly); other floats may differ in the last bits, because gloo's
+    reduce_scatter and its ring all-reduce add in different orders.
+    """
+    flat = torch.cat([t.reshape(-1) for t in inputs])  # (world * numel,) rank-local
+    _gloo_op(flat, "sum")
+    n, rank = output.numel(), groups.resolve().rank()
+    return output.copy_(flat[rank * n : (rank + 1) * n].view(output.shape))
+
+
+def gloo_reduce_scatter(output: torch.Tensor, inputs: list[torch.Tensor]) -> torch.Tensor:
+    """Reference: gloo's reduce_scatter (SUM), or its stand-in where torch < 2.8 lacks it."""
+    try:
+        groups.resolve().reduce_scatter([output], [inputs]).wait()
+    except RuntimeError as e:
+        if NO_GLOO_REDUCE_SCATTER not in str(e):
+            raise
+        gloo_reduce_scatter_by_all_reduce(output, inputs)
+    return output
 
 
 def direct_reduce(inputs: list[torch.Tensor], op: str) -> torch.Tensor:

@@ -13,7 +13,17 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-from helpers import GLOO_DTYPES, direct_reduce, gloo_all_reduce, rank_input
+from helpers import (
+    GLOO_DTYPES,
+    NO_GLOO_AVG,
+    NO_GLOO_REDUCE_SCATTER,
+    direct_reduce,
+    gloo_all_reduce,
+    gloo_avg_as_sum_then_divide,
+    gloo_reduce_scatter,
+    gloo_reduce_scatter_by_all_reduce,
+    rank_input,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -162,8 +172,7 @@ def _others(rank, world, numel, dtype, seed, src):
     # reduce_scatter
     ins = [rank_input(rank * 31 + i, numel, dtype, seed) for i in range(world)]
     ours_rs = minidp.comm.reduce_scatter(torch.empty_like(x), [t.clone() for t in ins])
-    ref_rs = torch.empty_like(x)
-    pg.reduce_scatter([ref_rs], [[t.clone() for t in ins]]).wait()
+    ref_rs = gloo_reduce_scatter(torch.empty_like(x), [t.clone() for t in ins])
     minidp.comm.barrier()
     return ours_b, ref_b, ours_g, ref_g, ours_rs, ref_rs
 
@@ -190,6 +199,45 @@ def test_broadcast_all_gather_reduce_scatter_match_gloo(wn, dtype, seed, data):
             torch.testing.assert_close(ors, rrs, rtol=tol, atol=tol * world)
         else:
             assert torch.equal(ors, rrs)
+
+
+def _fallbacks_vs_gloo(rank, world, numel, dtype, seed):
+    """gloo's AVG and reduce_scatter next to the stand-ins used where torch < 2.8 lacks them."""
+    x = rank_input(rank, numel, dtype, seed)
+    out = {}
+    if dtype.is_floating_point:
+        try:
+            out["avg"] = (gloo_avg_as_sum_then_divide(x.clone()), gloo_all_reduce(x.clone(), "avg"))
+        except RuntimeError as e:
+            assert NO_GLOO_AVG in str(e)
+    ins = [rank_input(rank * 31 + i, numel, dtype, seed) for i in range(world)]
+    native = torch.empty_like(x)
+    try:
+        groups.resolve().reduce_scatter([native], [[t.clone() for t in ins]]).wait()
+        stand_in = gloo_reduce_scatter_by_all_reduce(torch.empty_like(x), ins)
+        out["reduce_scatter"] = (stand_in, native)
+    except RuntimeError as e:
+        assert NO_GLOO_REDUCE_SCATTER in str(e)
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 3, 5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64])
+def test_gloo_reference_fallbacks_are_exact(world, dtype):
+    """Where torch >= 2.8's gloo has AVG and reduce_scatter, the stand-ins the other tests use
+    on older torch give identical bits (AVG: every float; reduce_scatter: integers, the case
+    where the other tests claim exactness). Skips on older torch, where only the stand-ins
+    exist."""
+    results = run_threads(_fallbacks_vs_gloo, world, 65_537, dtype, 5)
+    compared = 0
+    for rank, out in enumerate(results):
+        for what, (stand_in, native) in out.items():
+            if what == "reduce_scatter" and dtype.is_floating_point:
+                continue  # different addition order: the other tests use a tolerance here
+            assert torch.equal(stand_in, native), f"rank {rank}: {what} stand-in differs"
+            compared += 1
+    if not compared:
+        pytest.skip(f"torch {torch.__version__}: gloo has neither AVG nor reduce_scatter")
 
 
 def test_traffic_parameter_server_vs_ring():

@@ -1,0 +1,102 @@
+"""The torch version matrix: the README's test command in a fresh environment per torch release.
+
+    pip install nox uv                 # uv makes the environments (falls back to virtualenv)
+    nox -l                             # the sessions: tests-2.4, tests-2.7, ... tests-2.14
+    nox -s tests-2.4                   # one version (first run downloads torch: minutes)
+    nox -s tests-2.4 -- -x tests/test_buckets.py   # arguments after -- go to pytest
+    nox -s summary                     # one Markdown table row per version run, for the README
+
+Run the versions one at a time (`nox -s tests-2.4 tests-2.7 ...` runs them in turn): each suite
+uses every core it is given, and two at once only make both slow. Environments are kept in .nox/
+and reused; the download cache is uv's (or pip's) usual one, shared by all versions.
+
+Why nox: it is the usual tool for "the same tests against several versions of a dependency",
+it is plain Python, and it does not need the project to change its packaging. Each session pins
+only torch; everything else resolves as a learner's `pip install -e ".[dev]"` would.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+import xml.etree.ElementTree as ET
+
+import nox
+
+# The releases the README promises; the floor is pyproject's `torch>=2.4`.
+TORCH_VERSIONS = ["2.4.0", "2.7.0", "2.8.0", "2.11.0", "2.13.0", "2.14.1"]
+
+RESULTS = pathlib.Path(".nox") / "results"  # one JSON per version, read by `summary`
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests-2.13"]  # plain `nox` runs the default version, like CI
+
+
+def _short(version: str) -> str:
+    """'2.14.1' -> '2.14': the session name a person types."""
+    return ".".join(version.split(".")[:2])
+
+
+def _counts(junit: pathlib.Path) -> dict[str, int]:
+    """passed/failed/skipped from pytest's JUnit XML (errors count as failed)."""
+    suite = ET.parse(junit).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    total, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+    failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+    return {"passed": total - skipped - failed, "failed": failed, "skipped": skipped}
+
+
+def _make_tests_session(version: str):
+    def tests(session: nox.Session) -> None:
+        session.install(f"torch=={version}", "-e", ".[dev]")
+        installed = session.run(
+            "python", "-c", "import torch; print(torch.__version__)", silent=True
+        )
+        if installed is None:  # `nox --install-only`: environments made, nothing run
+            return
+        installed = installed.strip()
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        junit = RESULTS / f"torch-{version}.xml"
+        # Exactly the README's command; extra pytest arguments may follow `--`.
+        session.run(
+            "python", "-m", "pytest", f"--junitxml={junit}", *session.posargs, success_codes=[0, 1]
+        )  # exit 1 (tests failed) still records a row; anything else stops here
+        row = {
+            "version": installed,
+            **_counts(junit),
+            "date": datetime.date.today().isoformat(),
+            "args": " ".join(session.posargs),
+        }
+        (RESULTS / f"torch-{version}.json").write_text(json.dumps(row))
+        session.log(_row(row))
+        if row["failed"]:
+            session.error(f"torch {installed}: {row['failed']} failed")
+
+    tests.__doc__ = f"python -m pytest with torch=={version}"
+    return nox.session(name=f"tests-{_short(version)}")(tests)
+
+
+for _version in TORCH_VERSIONS:
+    _make_tests_session(_version)
+
+
+def _row(row: dict) -> str:
+    result = "pass" if row["failed"] == 0 else "FAIL"
+    counts = f"{row['passed']} passed, {row['failed']} failed, {row['skipped']} skipped"
+    scope = f" (`{row['args']}`)" if row["args"] else ""
+    return f"| {row['version']} | {result}: {counts}{scope} | {row['date']} |"
+
+
+@nox.session(python=False)
+def summary(session: nox.Session) -> None:
+    """Print the README table from the last run of each version."""
+    print("| torch | result (`python -m pytest`) | date |")
+    print("| --- | --- | --- |")
+    for version in TORCH_VERSIONS:
+        path = RESULTS / f"torch-{version}.json"
+        if path.exists():
+            print(_row(json.loads(path.read_text())))
+        else:
+            print(f"| {version} | not run: `nox -s tests-{_short(version)}` | |")
