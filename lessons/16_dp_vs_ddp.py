@@ -10,15 +10,14 @@
 # of (2 GPUs, GPT-2) found DDP about 10% faster than DP.
 #
 # Claims like these depend on the hardware, the model and the batch. So we measure ours:
-# the same model, the same global batch, the same SGD step, timed as the median over
-# several steps, and say exactly what machine it ran on. What this machine *cannot* show:
+# the same model, the same global batch, the same SGD step, the methods taking turns step
+# by step, and say exactly what machine it ran on. What this machine *cannot* show:
 # GPU effects (kernel launch from threads, NVLink vs PCIe, NCCL). On CPU, "devices" share
 # the same 2 cores, so no method can be faster than the cores allow — what differs is the
 # overhead each design adds.
 
 # %%
 import statistics
-import time
 
 import kit
 import torch
@@ -26,49 +25,59 @@ import torch.distributed as dist
 from torch import nn
 
 import minidp
+from minidp.bench.verdict import compare, interleave
 from minidp.dp import memory_report
 
 WIDTH, DEPTH = kit.pick((512, 4), (64, 2))
 BATCH = kit.pick(512, 64)  # global batch
-STEPS = kit.pick(15, 3)
-WARMUP = kit.pick(3, 1)
-WORLD = 2  # two devices / ranks: one per core
-BUDGET_S = kit.pick(3.0, 1.0)  # stop timing a (slow) method after this many seconds
+ROUNDS = kit.pick(7, 5)  # DP rows and DDP rows take turns round by round
+STEPS = kit.pick(3, 2)  # steps of each method per round (they take turns step by step)
+WORLD = 2  # two devices / ranks
+THREADS = torch.get_num_threads()
 
 
-def median_step_ms(model: nn.Module, data: list, sync=None, budget_s: float | None = None) -> float:
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    times = []
-    started = time.perf_counter()
-    for i, (xb, yb) in enumerate(data):
-        if budget_s and len(times) >= 3 and time.perf_counter() - started > budget_s:
-            break  # a slow row (not compared afterwards) need not run every step
-        if sync:
-            sync()  # ranks start each step together, so rank 0's clock means something
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(xb), yb).backward()
-        opt.step()
-        if i >= WARMUP:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+class Trainer:
+    """One method under test: a model, its SGD optimizer and its own stream of batches."""
+
+    def __init__(self, model: nn.Module, data: list, threads: int = 1, sync=None) -> None:
+        self.model, self.data, self.threads, self.sync = model, iter(data), threads, sync
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step(self) -> None:
+        torch.set_num_threads(self.threads)
+        xb, yb = next(self.data)
+        self.opt.zero_grad()
+        nn.functional.cross_entropy(self.model(xb), yb).backward()
+        self.opt.step()
 
 
 def global_batches():
-    x, y = kit.make_data((STEPS + WARMUP) * BATCH)
+    x, y = kit.make_data((ROUNDS * STEPS + 1) * BATCH)  # + 1 warm-up step
     return kit.batches(x, y, BATCH)
 
 
-def ddp_timing(rank: int, world: int, which: str) -> tuple[float, nn.Module]:
-    torch.set_num_threads(1)  # one core per rank
-    data = [(xb.chunk(world)[rank], yb.chunk(world)[rank]) for xb, yb in global_batches()]
-    wrapper = (
-        minidp.DistributedDataParallel if which == "minidp" else nn.parallel.DistributedDataParallel
-    )
-    ddp = wrapper(kit.make_model(seed=0, width=WIDTH, depth=DEPTH))
-    ms = median_step_ms(ddp, data, sync=dist.barrier)
-    dist.barrier()
-    return ms, ddp.module
+_ranks: dict[str, Trainer] = {}  # rank-local: this rank's two DDPs, kept between rounds
+
+
+def ddp_round(rank: int, world: int, steps: int) -> dict[str, list[float]]:
+    """Step minidp DDP and torch DDP in turn on this rank; seconds per step (barrier first)."""
+    if not _ranks:
+        torch.set_num_threads(1)  # one core per rank
+        data = [(xb.chunk(world)[rank], yb.chunk(world)[rank]) for xb, yb in global_batches()]
+        for name, wrapper in (
+            ("minidp DDP", minidp.DistributedDataParallel),
+            ("torch DDP", nn.parallel.DistributedDataParallel),
+        ):
+            net = wrapper(kit.make_model(seed=0, width=WIDTH, depth=DEPTH))
+            _ranks[name] = Trainer(net, data)
+            _ranks[name].step()  # warm-up: the first iteration and the bucket rebuild
+    # barrier before each step: the ranks start together, so rank 0's clock means something
+    methods = {name: lambda t=t: (dist.barrier(), t.step()) for name, t in _ranks.items()}
+    return interleave(methods, steps, warmup=0)
+
+
+def ddp_models(rank: int, world: int) -> dict[str, nn.Module]:
+    return {name: t.model.module for name, t in _ranks.items()}
 
 
 # %%
@@ -79,40 +88,48 @@ if __name__ == "__main__":
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: MLP {DEPTH} x {WIDTH}, {n_params:,} parameters; global batch {BATCH}; SGD step")
     data = global_batches()
-    rows, trained = {}, {}
-    threads = torch.get_num_threads()
 
     def fresh() -> nn.Module:
         return kit.make_model(seed=0, width=WIDTH, depth=DEPTH)
 
-    candidates = {
-        "one process, all cores": lambda: fresh(),
-        "one process, 1 thread": lambda: fresh(),
-        "torch.nn.DataParallel (CPU: plain module)": lambda: nn.DataParallel(fresh()),
-        f"minidp.DataParallel, {WORLD} simulated devices": lambda: minidp.DataParallel(
-            fresh(), device_ids=["cpu"] * WORLD
+    trainers = {
+        "one process, all cores": Trainer(fresh(), data, threads=THREADS),
+        "one process, 1 thread": Trainer(fresh(), data),
+        "torch.nn.DataParallel (CPU: plain module)": Trainer(nn.DataParallel(fresh()), data),
+        "minidp.DataParallel, 2 simulated devices": Trainer(
+            minidp.DataParallel(fresh(), device_ids=["cpu"] * WORLD), data
         ),
     }
-    for name, build in candidates.items():
-        torch.set_num_threads(threads if name == "one process, all cores" else 1)
-        trained[name] = build()
-        budget = BUDGET_S if name == "one process, all cores" else None
-        rows[name] = median_step_ms(trained[name], data, budget_s=budget)
-    torch.set_num_threads(threads)
-    for which in ("minidp", "torch"):
-        name = f"{which} DDP, {WORLD} processes (gloo)"
-        rows[name], trained[name] = kit.spawn(ddp_timing, WORLD, which)[0]
+    steps = {name: [] for name in [*trainers, "minidp DDP", "torch DDP"]}  # seconds per step
+    rounds = {name: [] for name in steps}  # median step of each round, per method
+    world = kit.world(ddp_round, WORLD)
+    for r in range(ROUNDS):
+        in_process = interleave(
+            {name: t.step for name, t in trainers.items()}, STEPS, warmup=1 if r == 0 else 0
+        )
+        ddp = world.run(ddp_round, STEPS)[0]  # rank 0's clock
+        for name, times in {**in_process, **ddp}.items():
+            steps[name] += times
+            rounds[name].append(statistics.median(times))
+        print(f"  [round {r + 1}/{ROUNDS}] done", flush=True)
+    torch.set_num_threads(THREADS)
+    trained = {name: t.model for name, t in trainers.items()}
+    trained.update(world.run(ddp_models)[0])
+    world.close()
 
-    base = rows["one process, 1 thread"]
-    print(f"\n{'method':<44} {'ms/step':>8} {'samples/s':>10} {'vs 1 thread':>12}")
-    for name, ms in rows.items():
-        print(f"{name:<44} {ms:>8.2f} {BATCH / ms * 1e3:>10.0f} {base / ms:>11.2f}x")
+    base = statistics.median(steps["one process, 1 thread"])
+    print(f"\n{'method':<44} {'ms/step':>8} {'middle half':>13} {'vs 1 thread':>12}")
+    for name, times in steps.items():
+        q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+        ms = statistics.median(times)
+        spread = f"{q1 * 1e3:.1f}-{q3 * 1e3:.1f}"
+        print(f"{name:<44} {ms * 1e3:>8.2f} {spread:>13} {base / ms:>11.2f}x")
     print(
-        "(the reference is one process on one core; 2 ranks or 2 devices could at best reach\n"
-        " 2x. 'All cores' runs each op on 2 OpenMP threads: when other processes also want the\n"
-        " cores (see the load average), an op waits for its slowest thread, which can be slow.)"
+        f"({ROUNDS} rounds x {STEPS} steps per method, taking turns. The reference is one\n"
+        " process on one core; 2 ranks or 2 devices could at best reach 2x. 'All cores' runs\n"
+        " each op on several OpenMP threads: when other processes also want the cores (see\n"
+        " the load average), an op waits for its slowest thread.)"
     )
-
 # %% [markdown]
 # ## Memory: who holds what
 # DP: per simulated device, from `minidp.dp.memory_report`. DDP: every rank holds the
@@ -135,28 +152,37 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # ## What the numbers say about the claims
-# Printed from the measurements above (they change from run to run and machine to
-# machine — that is the point).
+# A claim gets a verdict only when the difference is bigger than the run-to-run noise: the
+# methods took turns, each pair of turns gives one ratio, and a winner is named only when
+# the middle half of those ratios lies on one side of 1.0 (`minidp.bench.verdict`).
+# Otherwise the honest answer is "inconclusive on this machine".
 
 # %%
 if __name__ == "__main__":
-    dp_ms = rows[f"minidp.DataParallel, {WORLD} simulated devices"]
-    ddp_ms = rows[f"torch DDP, {WORLD} processes (gloo)"]
-    print(f"* 'DDP is 5x faster than DP': here torch DDP is {dp_ms / ddp_ms:.2f}x as fast as DP.")
-    print(f"* 'DDP is slower than DP on one node': {'yes' if ddp_ms > dp_ms else 'no'}, here.")
+    dp, ddp = "minidp.DataParallel, 2 simulated devices", "torch DDP"
+    dp_vs_ddp = compare(rounds[dp], rounds[ddp], "DP", "torch DDP")  # one pair per round
+    print(f"* DP vs DDP, round by round: {dp_vs_ddp.sentence()}")
+    if dp_vs_ddp.high <= 0.2:
+        five_x = "holds here"
+    elif dp_vs_ddp.low > 0.2 and dp_vs_ddp.pairs >= 5:
+        five_x = "does not hold here"
+    else:
+        five_x = "inconclusive on this machine"
+    print(
+        f"* 'DDP is 5x faster than DP' needs DDP/DP <= 0.20x over the whole middle half: {five_x}."
+    )
+    slower = {"slower": "yes", "faster": "no"}.get(dp_vs_ddp.verdict, "inconclusive")
+    print(f"* 'DDP is slower than DP on one node': {slower}, here.")
+    mine = compare(steps["torch DDP"], steps["minidp DDP"], "torch DDP", "minidp DDP")
+    print(f"* minidp DDP vs torch DDP, step by step on rank 0: {mine.sentence()}")
     print(
         f"* 'DP uses more memory because the model is replicated': both replicate; DP's main "
         f"device holds {report.rows[0].total:,} bytes, each DDP rank about {3 * p_bytes:,} + activations."
     )
-    fastest = min(rows, key=rows.get)
-    ddp_x, dp_x = base / ddp_ms, base / dp_ms
     print(
-        f"* Fastest here: {fastest}. Two ranks or devices on 2 cores could at best halve the\n"
-        f"  1-thread time (2.00x); measured: torch DDP {ddp_x:.2f}x, minidp DP {dp_x:.2f}x. The\n"
-        "  rest went to communication, replicate, threads — and to the other processes sharing\n"
-        "  these cores (load average above). On GPUs each device adds its own compute, and the\n"
-        "  differences the articles describe come from DP's per-step replicate, its main device\n"
-        "  and Python threads; this machine cannot show those."
+        "* On GPUs each device adds its own compute, and the differences the articles describe\n"
+        "  come from DP's per-step replicate, its main device and Python threads; 2 shared CPU\n"
+        "  cores cannot show those."
     )
 
 
@@ -175,7 +201,7 @@ if __name__ == "__main__":
     )
     kit.check(
         "minidp.DataParallel (2 devices) vs one process, after all steps",
-        trained[f"minidp.DataParallel, {WORLD} simulated devices"].module,
+        trained["minidp.DataParallel, 2 simulated devices"].module,
         single,
         exact=False,
         rtol=1e-4,
@@ -183,16 +209,19 @@ if __name__ == "__main__":
     )
     kit.check(
         "minidp DDP vs torch DDP (rank 0), after all steps",
-        trained[f"minidp DDP, {WORLD} processes (gloo)"],
-        trained[f"torch DDP, {WORLD} processes (gloo)"],
+        trained["minidp DDP"],
+        trained["torch DDP"],
     )
     kit.check(
         "torch DDP vs one process, after all steps",
-        trained[f"torch DDP, {WORLD} processes (gloo)"],
+        trained["torch DDP"],
         single,
         exact=False,
         rtol=1e-4,
         atol=1e-5,
     )
-    kit.check_true("every method produced a time", all(ms > 0 for ms in rows.values()))
+    kit.check_true(
+        "every method timed every step",
+        all(len(t) == ROUNDS * STEPS and min(t) > 0 for t in steps.values()),
+    )
     kit.done()

@@ -160,13 +160,13 @@ def _lesson_file_for(fn: Callable) -> Path | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def spawn(fn: Callable, world_size: int, *args, **kwargs) -> list:
-    """``minidp.launch.spawn``, also from a notebook.
+def _find_main_file(fn: Callable) -> None:
+    """Rank processes find ``fn`` by importing the lesson file (``__main__``).
 
-    Rank processes find ``fn`` by importing the lesson file (``__main__``); a Jupyter kernel
-    has no file, so point ``__main__.__file__`` at the lesson that defines ``fn``. This is
-    why every cell that *does* something sits under ``if __name__ == "__main__":`` — the
-    ranks import the file to find their function and must not rerun the lesson.
+    A Jupyter kernel has no file, so point ``__main__.__file__`` at the lesson that defines
+    ``fn``. This is why every cell that *does* something sits under
+    ``if __name__ == "__main__":`` — the ranks import the file to find their function and
+    must not rerun the lesson.
     """
     main = sys.modules["__main__"]
     main_file = getattr(main, "__file__", None)
@@ -176,11 +176,26 @@ def spawn(fn: Callable, world_size: int, *args, **kwargs) -> list:
         path = _lesson_file_for(fn)
         if path is None:
             raise RuntimeError(
-                f"kit.spawn: cannot find the lesson file defining {fn.__name__}; run the lesson "
+                f"kit: cannot find the lesson file defining {fn.__name__}; run the lesson "
                 "as a script (python lessons/NN_name.py)"
             )
         main.__file__ = str(path)
+
+
+def spawn(fn: Callable, world_size: int, *args, **kwargs) -> list:
+    """``minidp.launch.spawn``, also from a notebook."""
+    _find_main_file(fn)
     return minidp.launch.spawn(fn, world_size, *args, **kwargs)
+
+
+def world(fn: Callable, world_size: int) -> minidp.launch.ProcessWorld:
+    """A long-lived ``minidp.launch.ProcessWorld`` that will run ``fn``, also from a notebook.
+
+    Its ranks keep their state between ``world.run(fn, ...)`` calls (a lesson's timing
+    rounds reuse the same models); close it with ``world.close()``.
+    """
+    _find_main_file(fn)
+    return minidp.launch.ProcessWorld(world_size)
 
 
 # ----------------------------------------------------------------------------- baseline task
