@@ -17,13 +17,14 @@
 # 4. the GIL: replicas on threads vs one after another.
 
 # %%
-import time
+import statistics
 
 import kit
 import torch
 from torch import nn
 
 import minidp
+from minidp.bench.verdict import compare, interleave
 from minidp.dp import gather, memory_report, parallel_apply, replicate, scatter
 
 kit.title("Lesson 4: DP's main-device bottleneck, measured")
@@ -128,33 +129,35 @@ print(
 # %%
 replicas = replicate(model, ["cpu"] * 4)
 chunks = scatter(x, ["cpu"] * 4)
-repeats = kit.pick(20, 3)
+repeats = kit.pick(21, 9)
 
-
-def best_of(fn) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
+# The three take turns call by call, so a burst of load elsewhere hits all of them alike;
+# each turn gives one "threads / in turn" ratio, and the verdict reads their spread.
 with torch.no_grad():
-    threaded = best_of(
-        lambda: parallel_apply(replicas, [(c,) for c in chunks], devices=["cpu"] * 4)
+    times = interleave(
+        {
+            "threads": lambda: parallel_apply(
+                replicas, [(c,) for c in chunks], devices=["cpu"] * 4
+            ),
+            "in turn": lambda: [r(c) for r, c in zip(replicas, chunks)],
+            "whole": lambda: model(x),
+        },
+        repeats,
     )
-    serial = best_of(lambda: [r(c) for r, c in zip(replicas, chunks)])
-    whole = best_of(lambda: model(x))
-print(
-    f"4 replicas on 4 threads: {threaded * 1e3:.2f} ms;  one after another: {serial * 1e3:.2f} ms;"
-)
-print(f"the plain model on the whole batch: {whole * 1e3:.2f} ms  ({kit.machine()})")
-print(
-    f"threads take {threaded / serial:.2f}x the time of running the replicas in turn: "
-    "with layers this small, Python (and its GIL) dominates; on GPUs the threads mostly "
-    "launch kernels, and the imbalance of section 2 is what hurts"
-)
+gil = compare(times["in turn"], times["threads"], "one after another", "4 threads")
+print(f"the plain model on the whole batch: {statistics.median(times['whole']) * 1e3:.2f} ms")
+print(f"({kit.machine()})")
+print(gil.sentence())
+if gil.verdict == "slower":
+    print(
+        "threads cost time here: with layers this small, Python (and its GIL) dominates; on\n"
+        "GPUs the threads mostly launch kernels, and the imbalance of section 2 is what hurts"
+    )
+else:
+    print(
+        "threads did not cost time beyond the noise here; with layers this small, Python (and\n"
+        "its GIL) usually dominates — on GPUs the imbalance of section 2 is what hurts"
+    )
 
 # %% [markdown]
 # ## 4. Checks
