@@ -69,6 +69,19 @@ def test_demo_shows_a_step_and_ends_with_the_parity_check(capsys):
     assert ready[0] < launch0 < ready[-1]  # launches interleave with the hooks
     assert "identical on every rank: True" in out
     assert "torch.equal on all 8 parameters, per rank: [True, True]" in out
+    assert "ms of all-reduce ran while backward was still running" in out
+
+
+def test_demo_overlap_counts_only_all_reduce_before_backward_ends():
+    from minidp.demo.ddp import overlap_ms
+
+    events = [  # microseconds; backward ends at 10 ms
+        {"name": "all-reduce bucket 0", "ts": 4000.0, "dur": 8000.0},  # 6 ms before the end
+        {"name": "grad ready", "ts": 5000.0},
+        {"name": "wait for buckets", "ts": 10000.0},
+        {"name": "all-reduce bucket 1", "ts": 12000.0, "dur": 3000.0},  # all after it
+    ]
+    assert overlap_ms(events) == (6.0, 11.0)
 
 
 def test_bench_quick_runs(capsys):
