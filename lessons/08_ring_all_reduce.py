@@ -216,3 +216,14 @@ if __name__ == "__main__":
             exact=False,
         )
     kit.done()
+
+# %% [markdown]
+# ## Your turn
+# Write the ring yourself in `lessons/exercises/ring_all_reduce.py`, then check it against
+# `torch.distributed.all_reduce` on worlds of 1 to 5 ranks:
+# `python -m minidp exercise check ring_all_reduce`
+
+# %%
+if __name__ == "__main__":
+    print("\nExercise: edit lessons/exercises/ring_all_reduce.py, then run")
+    print("  python -m minidp exercise check ring_all_reduce")

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         + "".join(f"  bench {k:<9} {v}\n" for k, v in BENCHES.items())
         + "\n'minidp demo ring --help' shows a command's own options.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{demo,bench,diagrams}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,bench,exercise,diagrams}")
     for name, table, text in (
         ("demo", DEMOS, "run a classroom demo"),
         ("bench", BENCHES, "run a benchmark"),
@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(
             "which", choices=sorted(table), help=", ".join(f"{k}: {v}" for k, v in table.items())
         )
+    # add_help=False: "minidp exercise check --help" must reach the exercise parser
+    sub.add_parser("exercise", help="list and check exercises", add_help=False)
     sub.add_parser(
         "diagrams",
         help="regenerate the pictures in diagrams/ from real traced runs",
@@ -62,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    if args.command == "diagrams":
-        module = importlib.import_module("minidp.diagrams")
+    if args.command in ("diagrams", "exercise"):
+        module = importlib.import_module(f"minidp.{args.command}")
     else:
         module = importlib.import_module(f"minidp.{args.command}.{args.which}")
     return module.main(rest) or 0

@@ -1,0 +1,129 @@
+"""Exercises checked against PyTorch: ``python -m minidp exercise ...``.
+
+    python -m minidp exercise list                 # table: name, lesson, what you write
+    python -m minidp exercise list --names         # names only, one per line
+    python -m minidp exercise check ring_all_reduce              # checks lessons/exercises/
+    python -m minidp exercise check ring_all_reduce --path my.py # any file
+    python -m minidp exercise check --all [--dir DIR]            # score table (a class)
+
+``check`` prints each case it compared, exits 0 iff all pass, and on failure prints the
+smallest failing case (shrunk), expected vs got per rank, and a hint for the classic
+mistake it recognised. A learner's deadlock is reported at the per-case deadline
+(``--deadline``, default 6 s; the check ends a second later), naming the ranks still
+running and the line of the learner's file each one is waiting at.
+
+How to add an exercise (one file each, plus one line in the catalogue):
+
+1. Stub ``lessons/exercises/NAME.py``: a module docstring with the task, the tools allowed
+   and 2-4 hints; the function ``NAME(...)`` with its signature and type hints, whose body
+   raises ``NotImplementedError("not implemented yet: ...")``. The checker imports the
+   file by path and calls ``NAME`` on every rank.
+2. Reference solution ``lessons/solutions/NAME.py``: the same function, solved. Where
+   minidp has the answer as a textbook function, the solution may call it.
+3. Spec: an ``Exercise(...)`` (``spec.py``) in a module of this package grouped by topic
+   (``comm_ring.py`` is the model): ``run_rank(fn, case, rank, world_size, group)`` builds
+   this rank's inputs from the case (deterministic: seed it from the case and the rank),
+   runs the *official torch component* and the learner's ``fn`` on the same inputs and
+   returns ``Result(got, expected, extra)``; ``cases`` (fixed, smallest first: world 1, 2,
+   an odd world, numel < world, several dtypes/shapes); ``strategy`` (a hypothesis
+   strategy of such dicts); ``tolerance`` only where bits cannot match (say why);
+   ``processes=True`` where the torch component needs a full ProcessGroup (torch DDP).
+4. Classic mistakes: ``Mistake(name, hint, matches)``; ``matches(case, results)`` looks
+   at every rank's ``got``/``expected``/``extra`` and recognises the wrong answer's
+   signature. Tried in order; the first match prints its hint.
+5. Catalogue: add ``module.NAME_SPEC,`` to ``EXERCISES`` in ``catalogue.py`` (one line).
+6. Tests (``tests/test_exercises.py`` runs every catalogue entry's solution and stub):
+   put each classic wrong solution in ``tests/exercise_wrong/NAME__what_is_wrong.py`` and
+   add ``(NAME, "what_is_wrong", "mistake name")`` to the wrong-solution table there.
+7. Name the exercise at the end of its lesson: ``python -m minidp exercise check NAME``.
+
+Classroom tooling: imports the library (``minidp.comm``, ``minidp.launch``), never the
+other way round. Test: ``pytest tests/test_exercises.py``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from minidp.exercise import report as printer
+from minidp.exercise.catalogue import EXERCISES, find
+from minidp.exercise.runner import DEADLINE_S, GENERATED, check
+from minidp.exercise.spec import STUBS
+
+__all__ = ["EXERCISES", "check", "find", "main"]
+
+
+def _list(names_only: bool) -> int:
+    if names_only:
+        for e in EXERCISES:
+            print(e.name)
+        return 0
+    width = max(len(e.name) for e in EXERCISES)
+    lesson_w = max(len(e.lesson) for e in EXERCISES)
+    print(f"{'name':<{width}}  {'lesson':<{lesson_w}}  what you write")
+    for e in EXERCISES:
+        print(f"{e.name:<{width}}  {e.lesson:<{lesson_w}}  {e.summary}")
+    print("\nstubs: lessons/exercises/NAME.py — check one: python -m minidp exercise check NAME")
+    return 0
+
+
+def _check_one(exercise, path: str | None, deadline: float, generated: int) -> int:
+    name = exercise.name
+    target = Path(path) if path else exercise.stub
+    print(f"{name}: checking {target} against {exercise.reference}", flush=True)
+    rep = check(
+        exercise,
+        target,
+        deadline=deadline,
+        generated=generated,
+        on_case=lambda i, o: print(printer.case_line(i, o), flush=True),
+    )
+    print(printer.summary(rep), flush=True)
+    return 0 if rep.passed else 1
+
+
+def _check_all(folder: str | None, deadline: float, generated: int) -> int:
+    base = Path(folder) if folder else STUBS
+    print(f"checking every exercise in {base}", flush=True)
+    rows = []
+    for exercise in EXERCISES:
+        rep = check(exercise, base / f"{exercise.name}.py", deadline=deadline, generated=generated)
+        passed = sum(o.passed for o in rep.outcomes)
+        rows.append((exercise.name, printer.status_word(rep), f"{passed}/{len(rep.outcomes)}"))
+        print(f"  {exercise.name:<28} {rows[-1][1]:<36} cases {rows[-1][2]}", flush=True)
+    score = sum(status == "pass" for _, status, _ in rows)
+    print(f"\nscore: {score}/{len(rows)} exercises pass")
+    return 0 if score == len(rows) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="minidp exercise",
+        description="Exercises: write a piece of data parallelism, checked against PyTorch.",
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+    ls = sub.add_parser("list", help="list the exercises")
+    ls.add_argument("--names", action="store_true", help="names only, one per line")
+    ck = sub.add_parser("check", help="check an exercise (exit 0 iff every case passes)")
+    ck.add_argument("name", nargs="?", help="exercise name (see 'list')")
+    ck.add_argument("--path", help="the file to check (default: lessons/exercises/NAME.py)")
+    ck.add_argument("--all", action="store_true", help="check every exercise: a score table")
+    ck.add_argument("--dir", help="with --all: folder holding NAME.py files (a student's)")
+    ck.add_argument("--deadline", type=float, default=DEADLINE_S, help="seconds per case")
+    ck.add_argument("--generated", type=int, default=GENERATED, help="generated cases")
+    args = parser.parse_args(argv)
+    if args.action == "list":
+        return _list(args.names)
+    if args.all == bool(args.name):
+        parser.error("check: give an exercise NAME or --all (see 'minidp exercise list')")
+    if args.all:
+        return _check_all(args.dir, args.deadline, args.generated)
+    try:
+        exercise = find(args.name)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return _check_one(exercise, args.path, args.deadline, args.generated)

@@ -1,0 +1,22 @@
+"""Every exercise, in course order: the one list the CLI, the checker and the tests read.
+
+Add an exercise with a one-line edit here (see ``minidp/exercise/__init__.py``).
+
+Test: ``pytest tests/test_exercises.py``
+"""
+
+from __future__ import annotations
+
+from minidp.exercise import comm_ring
+from minidp.exercise.spec import Exercise
+
+EXERCISES: tuple[Exercise, ...] = (comm_ring.RING_ALL_REDUCE,)
+
+
+def find(name: str) -> Exercise:
+    """The exercise called ``name``, or a ValueError listing the names."""
+    for exercise in EXERCISES:
+        if exercise.name == name:
+            return exercise
+    names = ", ".join(e.name for e in EXERCISES)
+    raise ValueError(f"no exercise {name!r} — expected one of: {names}")

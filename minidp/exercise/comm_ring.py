@@ -1,0 +1,150 @@
+"""Exercises on the ring (lesson 8): the ring all-reduce and its two halves.
+
+Every rank's input is small integers (``spec.small_ints``), so the learner may add in any
+order and a right answer still equals gloo's bit for bit (``torch.equal``).
+
+Test: ``pytest tests/test_exercises.py -k ring``
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minidp.exercise import reference
+from minidp.exercise.spec import Exercise, Mistake, Result, compare, small_ints
+
+DTYPES = ("int64", "float32", "float64", "float16", "bfloat16", "int32", "int8", "uint8")
+
+
+def comm_cases():
+    """Hypothesis strategy: world 1..5, 1-2 dims of 0..6 (so numel < world too), any dtype."""
+    from hypothesis import strategies as st
+
+    return st.fixed_dictionaries(
+        {
+            "world": st.integers(1, 5),
+            "shape": st.lists(st.integers(0, 6), min_size=1, max_size=2).map(tuple),
+            "dtype": st.sampled_from(DTYPES),
+            "seed": st.integers(0, 99),
+        }
+    )
+
+
+# world sizes 1..5 (odd ones too), numel < world, 2-D, every dtype, the empty tensor
+CASES = (
+    {"world": 1, "shape": (3,), "dtype": "int64", "seed": 0},
+    {"world": 2, "shape": (4,), "dtype": "int64", "seed": 0},
+    {"world": 3, "shape": (6,), "dtype": "float32", "seed": 1},
+    {"world": 3, "shape": (2,), "dtype": "int32", "seed": 2},
+    {"world": 4, "shape": (3, 5), "dtype": "float64", "seed": 3},
+    {"world": 5, "shape": (7,), "dtype": "float16", "seed": 4},
+    {"world": 5, "shape": (3,), "dtype": "bfloat16", "seed": 5},
+    {"world": 4, "shape": (9,), "dtype": "int8", "seed": 6},
+    {"world": 3, "shape": (0,), "dtype": "float32", "seed": 7},
+)
+
+
+# ----------------------------------------------------------------------------- detectors
+
+
+def _same(a, b) -> bool:
+    return compare(a, b, None) is None
+
+
+def _everywhere(results: list[Result], test) -> bool:
+    """``test(result)`` on every rank, and the answer is wrong somewhere."""
+    wrong = any(not _same(r.got, r.expected) for r in results)
+    return wrong and all(test(r) for r in results)
+
+
+def _permuted(r: Result) -> bool:
+    """Every right value is there, but some in the wrong place."""
+    got, exp = r.got.reshape(-1), r.expected.reshape(-1)
+    return torch.equal(got.sort().values, exp.sort().values)
+
+
+def _partly_right(results: list[Result]) -> bool:
+    """No rank has the whole answer, but together they have every element."""
+    right = [(r.got == r.expected).reshape(-1) for r in results]
+    union = torch.stack(right).any(0)
+    return len(results) > 1 and bool(union.all()) and not any(bool(m.all()) for m in right)
+
+
+def _unchanged(r: Result) -> bool:
+    return _same(r.got, r.extra["input"])
+
+
+def _returned_copy(r: Result) -> bool:
+    returned = r.extra.get("returned")
+    return returned is not r.got and _same(returned, r.expected) and _unchanged(r)
+
+
+def _one_piece_too_many(results: list[Result]) -> bool:
+    """got - right = one rank's own input at every element: a piece was added twice."""
+    if len(results) < 2:
+        return False
+    inputs = torch.stack([r.extra["input"].reshape(-1).double() for r in results])  # (W, n)
+    for r in results:
+        extra = r.got.reshape(-1).double() - r.expected.reshape(-1).double()  # (n,)
+        if not bool(((inputs == extra) | (extra == 0)).any(0).all()):
+            return False
+    return True
+
+
+IN_PLACE = Mistake(
+    "returned a new tensor",
+    "the answer must be written into `tensor` itself (in place), like "
+    "torch.distributed.all_reduce: use tensor.copy_(result) or in-place ops (+=, add_, "
+    "torch.add(..., out=...)) on views of tensor.",
+    lambda case, results: _everywhere(results, _returned_copy),
+)
+UNCHANGED = Mistake(
+    "tensor unchanged",
+    "every rank still holds its own input: nothing was added in. Did the loop run "
+    "(range(world - 1)), and do you add the received buffer into your chunk?",
+    lambda case, results: case["world"] > 1 and _everywhere(results, _unchanged),
+)
+
+
+def _run_all_reduce(fn, case, rank, world, group) -> Result:
+    x = small_ints(case, rank)
+    expected = reference.all_reduce(x.clone(), group)
+    mine = x.clone()
+    returned = fn(mine, group)
+    return Result(got=mine, expected=expected, extra={"input": x, "returned": returned})
+
+
+RING_ALL_REDUCE = Exercise(
+    name="ring_all_reduce",
+    lesson="08_ring_all_reduce",
+    summary="textbook ring all-reduce: reduce-scatter loop, then all-gather loop",
+    reference="torch.distributed.all_reduce (gloo), torch.equal",
+    run_rank=_run_all_reduce,
+    cases=CASES,
+    strategy=comm_cases,
+    mistakes=(
+        IN_PLACE,
+        UNCHANGED,
+        Mistake(
+            "chunks in the wrong place",
+            "every rank has all the right sums, but some chunks sit at the wrong offset: in "
+            "the all-gather, receive chunk (rank - step - 1) % world into *that* chunk's "
+            "slice, and send the one you finished or received last.",
+            lambda case, results: _everywhere(results, _permuted),
+        ),
+        Mistake(
+            "forgot the all-gather",
+            "each rank holds only its own finished chunk (plus partial sums elsewhere): after "
+            "the world-1 reduce-scatter steps, run world-1 more steps that pass the finished "
+            "chunks round the ring, copying (not adding) what arrives.",
+            lambda case, results: _partly_right(results),
+        ),
+        Mistake(
+            "a piece added twice",
+            "some element is too large by exactly one rank's input: the reduce-scatter ran "
+            "world steps instead of world-1, or the all-gather *adds* the chunk it receives "
+            "instead of copying it.",
+            lambda case, results: _one_piece_too_many(results),
+        ),
+    ),
+)

@@ -1,0 +1,98 @@
+"""How a check reads on the terminal: one line per case, then the smallest failing case.
+
+Test: ``pytest tests/test_exercises.py -k cli``
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from minidp.exercise.runner import Outcome, Report
+from minidp.exercise.spec import describe
+
+SHOW = 10  # values shown per tensor
+
+
+def show(x: Any) -> str:
+    """A short, exact picture of a value: shape, dtype and the first values."""
+    if isinstance(x, torch.Tensor):
+        values = x.detach().reshape(-1)[:SHOW].tolist()
+        more = ", ..." if x.numel() > SHOW else ""
+        text = ", ".join(repr(v) for v in values)
+        return f"{tuple(x.shape)} {str(x.dtype).replace('torch.', '')} [{text}{more}]"
+    if isinstance(x, (list, tuple)):
+        return "[" + "; ".join(show(v) for v in x) + "]"
+    return repr(x)
+
+
+def case_line(i: int, outcome: Outcome) -> str:
+    verdict = {
+        "pass": "pass",
+        "todo": "not implemented yet",
+        "wrong": "WRONG",
+        "error": "ERROR",
+        "stuck": "STUCK",
+    }[outcome.status]
+    first = outcome.detail.splitlines()[0] if outcome.detail else ""
+    return f"  case {i:>2}  {describe(outcome.case):<48} {verdict}" + (
+        f" — {first}" if first and outcome.status not in ("todo",) else ""
+    )
+
+
+def failure_text(report: Report) -> str:
+    f = report.failure
+    ex = report.exercise
+    if f.status == "todo":
+        return (
+            f"NOT DONE: {ex.name} is not implemented yet — edit {report.path} (keep the "
+            f"signature), then run: python -m minidp exercise check {ex.name}"
+        )
+    head = f"FAIL: smallest failing case: {describe(f.case)}"
+    if report.shrunk_from is not None:
+        head += (
+            f"\n      (shrunk from {describe(report.shrunk_from)} in {report.shrink_tries} tries)"
+        )
+    lines = [head]
+    if f.results:
+        for rank, r in enumerate(f.results):
+            if "input" in r.extra:
+                lines.append(f"  rank {rank} input:    {show(r.extra['input'])}")
+            lines.append(f"  rank {rank} expected: {show(r.expected)}")
+            lines.append(f"  rank {rank} got:      {show(r.got)}")
+        lines.append(f"  first difference: {f.detail}")
+    else:
+        lines += ["  " + line for line in f.detail.splitlines()]
+    if f.mistake is not None:
+        lines.append(f"hint ({f.mistake.name}): {f.mistake.hint}")
+    elif f.status == "wrong":
+        lines.append(
+            "hint: no classic mistake recognised; run this case by hand (the inputs are "
+            "above) and compare your result with expected step by step."
+        )
+    return "\n".join(lines)
+
+
+def summary(report: Report) -> str:
+    ex = report.exercise
+    if report.load_error:
+        return f"ERROR: {report.load_error}"
+    if report.passed:
+        n = len(report.outcomes)
+        return f"PASS: {ex.name} — all {n} cases equal to {ex.reference}"
+    return failure_text(report)
+
+
+def status_word(report: Report) -> str:
+    """One word or phrase for the teacher's score table."""
+    if report.load_error:
+        return "cannot import" if "no file" not in report.load_error else "missing"
+    if report.passed:
+        return "pass"
+    f = report.failure
+    if f.status == "todo":
+        return "not implemented yet"
+    if f.mistake is not None:
+        return f"fail: {f.mistake.name}"
+    return {"stuck": "fail: deadlock", "error": "fail: raised"}.get(f.status, "fail: wrong")

@@ -1,0 +1,168 @@
+"""What an exercise is: a plain record the runner reads (no registry, no base class).
+
+An :class:`Exercise` says where the learner's function lives (``lessons/exercises/NAME.py``,
+a function called ``NAME``), which cases to run it on, how one rank runs it *and* the
+official torch component on the same inputs (``run_rank``), and which classic mistakes to
+recognise when the answers differ (``mistakes``). See ``minidp/exercise/__init__.py`` for
+how to add one.
+
+Test: ``pytest tests/test_exercises.py``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+STUBS = ROOT / "lessons" / "exercises"  # what the learner edits
+SOLUTIONS = ROOT / "lessons" / "solutions"  # reference solutions (the checker's own test)
+
+Case = dict  # one case: {"world": 3, "shape": (5,), "dtype": "int64", "seed": 0, ...}
+
+
+@dataclass
+class Result:
+    """What one rank hands back for one case."""
+
+    got: Any  # the learner's answer on this rank
+    expected: Any  # the official torch component's answer, same inputs, same rank
+    extra: dict = field(default_factory=dict)  # anything a mistake detector needs (inputs...)
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A classic wrong solution, recognised from the answers it gives."""
+
+    name: str  # short: "forgot the all-gather"
+    hint: str  # what to change, in one or two sentences
+    matches: Callable[[Case, list[Result]], bool]  # (case, per-rank results) -> is it this?
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise: the learner writes ``NAME(...)`` in ``lessons/exercises/NAME.py``.
+
+    Args:
+        name: the file stem and the function name.
+        lesson: the lesson file that teaches it, e.g. "08_ring_all_reduce".
+        summary: one line for ``python -m minidp exercise list``.
+        reference: what the answer is compared with, printed with every case.
+        run_rank: ``run_rank(fn, case, rank, world_size, group) -> Result``, called on every
+            rank of a real gloo world: build this rank's inputs from the case, run the
+            official torch component and the learner's ``fn`` on them, return both.
+        cases: fixed cases, run first and printed one per line (smallest first).
+        strategy: ``() -> hypothesis strategy of cases`` for generated cases (or None).
+        mistakes: classic wrong solutions, tried in order when a case fails.
+        tolerance: ``case -> (rtol, atol)`` where bit-exactness is not the claim; None
+            compares with ``torch.equal``.
+        processes: run on real rank processes (``ProcessWorld``) instead of thread ranks
+            (needed e.g. for torch DDP, which wants a full ProcessGroup).
+    """
+
+    name: str
+    lesson: str
+    summary: str
+    reference: str
+    run_rank: Callable[[Callable, Case, int, int, Any], Result]
+    cases: tuple[Case, ...]
+    strategy: Callable[[], Any] | None = None
+    mistakes: tuple[Mistake, ...] = ()
+    tolerance: Callable[[Case], tuple[float, float]] | None = None
+    processes: bool = False
+
+    @property
+    def stub(self) -> Path:
+        return STUBS / f"{self.name}.py"
+
+    @property
+    def solution(self) -> Path:
+        return SOLUTIONS / f"{self.name}.py"
+
+
+# ----------------------------------------------------------------------------- cases
+
+
+def describe(case: Case) -> str:
+    """``world=3 shape=(5,) dtype=int64 seed=0`` — how a case is printed (this key order)."""
+    first = [k for k in ("world", "shape", "dtype", "seed") if k in case]
+    return " ".join(f"{k}={case[k]}" for k in first + sorted(set(case) - set(first)))
+
+
+def dtype_of(case: Case) -> torch.dtype:
+    return getattr(torch, case.get("dtype", "float32"))
+
+
+def small_ints(case: Case, rank: int, salt: int = 0) -> torch.Tensor:
+    """This rank's input: small integers (-3..3, uint8 0..3) stored in the case's dtype.
+
+    Why integers, even for floats: every summation order then gives the same bits, so a
+    correct answer equals the torch component's exactly (``torch.equal``), whatever order
+    the learner adds in; |sums| stay <= 3 * world, exact in every dtype incl. int8/fp16.
+    """
+    dtype = dtype_of(case)
+    g = torch.Generator().manual_seed(case.get("seed", 0) * 1009 + rank * 31 + salt)
+    low = 0 if dtype == torch.uint8 else -3
+    shape = tuple(case.get("shape", (case.get("numel", 4),)))
+    return torch.randint(low, 4, shape, generator=g).to(dtype)
+
+
+def simpler(case: Case) -> Iterable[Case]:
+    """Candidate cases smaller than ``case``, most promising first (for shrinking)."""
+    for w in range(1, case.get("world", 1)):
+        yield {**case, "world": w}
+    shape = tuple(case.get("shape", ()))
+    for i, n in enumerate(shape):
+        for smaller in sorted({0, 1, n // 2, n - 1}):
+            if 0 <= smaller < n:
+                yield {**case, "shape": shape[:i] + (smaller,) + shape[i + 1 :]}
+    if len(shape) > 1:
+        yield {**case, "shape": (int(torch.Size(shape).numel()),)}
+    if case.get("dtype") not in (None, "int64"):
+        yield {**case, "dtype": "int64"}
+    if case.get("seed", 0) != 0:
+        yield {**case, "seed": 0}
+
+
+# ----------------------------------------------------------------------------- answers
+
+
+def compare(got: Any, expected: Any, tol: tuple[float, float] | None) -> str | None:
+    """None if ``got`` matches ``expected``; otherwise why not, in a few words."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"expected a tensor, got {type(got).__name__}"
+        if got.shape != expected.shape or got.dtype != expected.dtype:
+            return (
+                f"expected shape {tuple(expected.shape)} {expected.dtype}, "
+                f"got {tuple(got.shape)} {got.dtype}"
+            )
+        if tol is None:
+            return None if torch.equal(got, expected) else "values differ"
+        try:
+            torch.testing.assert_close(got, expected, rtol=tol[0], atol=tol[1], equal_nan=True)
+        except AssertionError:
+            return f"values differ beyond rtol={tol[0]:g}, atol={tol[1]:g}"
+        return None
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(expected):
+            n = len(got) if isinstance(got, (list, tuple)) else type(got).__name__
+            return f"expected a list of {len(expected)}, got {n}"
+        for i, (a, b) in enumerate(zip(got, expected)):
+            why = compare(a, b, tol)
+            if why:
+                return f"[{i}]: {why}"
+        return None
+    if isinstance(expected, float):
+        if not isinstance(got, (int, float)) and not (
+            isinstance(got, torch.Tensor) and got.numel() == 1
+        ):
+            return f"expected a number, got {type(got).__name__}"
+        got_t = torch.tensor(float(got), dtype=torch.float64)
+        exp_t = torch.tensor(expected, dtype=torch.float64)
+        return compare(got_t, exp_t, tol)
+    return None if got == expected else "values differ"

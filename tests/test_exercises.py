@@ -1,0 +1,158 @@
+"""The exercise checker: solutions pass, stubs say "not implemented yet", each classic wrong
+solution fails with its own hint, a deadlock ends within the deadline naming ranks and lines,
+and the ``python -m minidp exercise`` commands work.
+
+Run: ``pytest tests/test_exercises.py`` (the full generated-case matrix: ``-m slow``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from minidp.exercise import EXERCISES, check, find, main
+from minidp.exercise import report as printer
+from minidp.exercise.runner import GENERATED
+
+WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
+
+# (exercise, file tests/exercise_wrong/NAME__WHAT.py, the mistake its hint must name)
+WRONG = [
+    ("ring_all_reduce", "no_allgather", "forgot the all-gather"),
+    ("ring_all_reduce", "gather_wrong_chunk", "chunks in the wrong place"),
+]
+DEADLOCKS = [("ring_all_reduce", "blocking_send", 14)]  # (exercise, file, line it waits at)
+
+
+def _ids(e):
+    return e.name
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=_ids)
+def test_reference_solution_passes(exercise):
+    rep = check(exercise, exercise.solution, generated=2)
+    assert rep.passed, printer.summary(rep)
+    assert len(rep.outcomes) >= len(exercise.cases)
+    worlds = {o.case["world"] for o in rep.outcomes}
+    assert {1, 2} <= worlds and worlds & {3, 5}, f"{exercise.name}: too few world sizes {worlds}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exercise", EXERCISES, ids=_ids)
+def test_reference_solution_passes_generated_matrix(exercise):
+    rep = check(exercise, exercise.solution, generated=GENERATED * 4)
+    assert rep.passed, printer.summary(rep)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=_ids)
+def test_untouched_stub_is_not_implemented_yet(exercise):
+    rep = check(exercise)  # default path: the stub in lessons/exercises/
+    assert rep.path == exercise.stub and not rep.passed
+    assert rep.failure.status == "todo"
+    assert "not implemented yet" in printer.summary(rep)
+    assert len(rep.outcomes) == 1  # stops at once: nothing more to learn
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=_ids)
+def test_every_exercise_has_wrong_solutions_and_a_lesson(exercise):
+    assert sum(name == exercise.name for name, _, _ in WRONG + DEADLOCKS) >= 2
+    lesson = Path(exercise.stub).parents[1] / f"{exercise.lesson}.py"
+    assert lesson.is_file(), lesson
+    assert f"exercise check {exercise.name}" in lesson.read_text()
+
+
+@pytest.mark.parametrize("name,what,mistake", WRONG, ids=[f"{n}-{w}" for n, w, _ in WRONG])
+def test_classic_wrong_solution_fails_with_its_hint(name, what, mistake):
+    rep = check(find(name), WRONG_DIR / f"{name}__{what}.py", generated=0)
+    text = printer.summary(rep)
+    assert not rep.passed and rep.failure.status == "wrong", text
+    assert rep.failure.mistake is not None and rep.failure.mistake.name == mistake, text
+    assert f"hint ({mistake})" in text and "expected" in text and "got" in text
+    # the counterexample is shrunk: no bigger than the smallest failing fixed case
+    first = next(o for o in rep.outcomes if not o.passed)
+    assert rep.failure.case["world"] <= first.case["world"]
+
+
+@pytest.mark.parametrize("name,what,line", DEADLOCKS)
+def test_deadlock_ends_within_the_deadline_naming_ranks_and_line(name, what, line):
+    t0 = time.monotonic()
+    rep = check(find(name), WRONG_DIR / f"{name}__{what}.py", deadline=1.5, generated=0)
+    elapsed = time.monotonic() - t0
+    assert rep.failure.status == "stuck"
+    text = printer.summary(rep)
+    assert "did not finish within 1.5s" in text
+    assert f"rank 0 still running, at line {line}:" in text and "rank 1 still running" in text
+    assert "step=0" in text  # the loop counter: which step it is stuck in
+    assert elapsed < 15, f"a deadlock must end promptly, took {elapsed:.1f}s"
+
+
+# ----------------------------------------------------------------------------- learner errors
+
+
+def test_file_problems_are_reported_clearly(tmp_path):
+    ex = find("ring_all_reduce")
+    assert "no file" in check(ex, tmp_path / "missing.py").load_error
+    (tmp_path / "nofn.py").write_text("x = 1\n")
+    assert "defines no function ring_all_reduce" in check(ex, tmp_path / "nofn.py").load_error
+    (tmp_path / "syntax.py").write_text("def ring_all_reduce(:\n")
+    assert "could not import" in check(ex, tmp_path / "syntax.py").load_error
+    (tmp_path / "raises.py").write_text(
+        "def ring_all_reduce(tensor, group):\n    raise ValueError('oops')\n"
+    )
+    rep = check(ex, tmp_path / "raises.py", generated=0)
+    assert rep.failure.status == "error"
+    assert "raised ValueError: oops (line 2: raise ValueError('oops'))" in printer.summary(rep)
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+
+def test_cli_list_and_names(capsys):
+    assert main(["list", "--names"]) == 0
+    names = capsys.readouterr().out.split()
+    assert names == [e.name for e in EXERCISES]
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["name", "lesson", "what", "you", "write"]
+    for e in EXERCISES:
+        assert e.name in out and e.lesson in out and e.summary in out
+
+
+def test_cli_check_exit_codes(capsys):
+    assert main(["check", "ring_all_reduce"]) == 1
+    assert "not implemented yet" in capsys.readouterr().out
+    sol = str(find("ring_all_reduce").solution)
+    assert main(["check", "ring_all_reduce", "--path", sol, "--generated", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "case  1  world=1" in out and out.rstrip().splitlines()[-1].startswith("PASS")
+    assert main(["check", "no_such_thing"]) == 2
+    assert "no exercise 'no_such_thing'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["check"])  # neither NAME nor --all
+    assert "give an exercise NAME or --all" in capsys.readouterr().err
+
+
+def test_cli_check_all_scores_a_folder(tmp_path, capsys):
+    ring = find("ring_all_reduce")
+    (tmp_path / "ring_all_reduce.py").write_text(ring.solution.read_text())
+    rc = main(["check", "--all", "--dir", str(tmp_path), "--generated", "0"])
+    out = capsys.readouterr().out
+    assert "ring_all_reduce" in out and f"score: 1/{len(EXERCISES)}" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("ring_all_reduce"))
+    assert " pass " in row
+    assert rc == (0 if len(EXERCISES) == 1 else 1)
+
+
+def test_python_m_minidp_exercise_is_wired():
+    out = subprocess.run(
+        [sys.executable, "-m", "minidp", "exercise", "list", "--names"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [e.name for e in EXERCISES]
