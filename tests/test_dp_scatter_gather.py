@@ -7,7 +7,9 @@ Functions ``Scatter`` / ``Gather``, which need CUDA. On CPU we run torch's *real
 code with those two swapped for their documented CPU meaning (read from
 ``torch/nn/parallel/_functions.py`` and ``comm.py``): Scatter = ``tensor.chunk(n, dim)``,
 Gather = ``torch.cat`` after turning all-0-dim inputs into 1-element vectors with a
-warning. Hypothesis then compares structures, types, identities and bits.
+warning. Hypothesis then compares structures, types, identities and bits — except where
+torch silently drops rows (tensors that split into different chunk counts): there the
+test checks that torch did drop them and that ours refuses.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch.nn.parallel.scatter_gather as torch_sg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import minidp
 from minidp.dp import gather, scatter, scatter_kwargs
 from minidp.dp.devices import as_device, as_devices
 
@@ -102,8 +105,22 @@ def test_scatter_matches_torch(obj, n, dim):
     devices = ["cpu"] * n
     with torch_functions():
         want = torch_sg.scatter(obj, devices, dim)
+    if torch_drops_rows(obj, n, dim, want):
+        with pytest.raises(ValueError, match="split into different numbers of chunks"):
+            scatter(obj, devices, dim)
+        return
     got = scatter(obj, devices, dim)
     assert same(got, want)
+
+
+def torch_drops_rows(obj, n: int, dim: int, torch_result) -> bool:
+    """True when torch's scatter of ``obj`` lost rows: some tensor made more chunks than
+    torch's result has replicas (asserted here, so the claim is checked, not assumed)."""
+    counts = [len(t.chunk(n, dim)) for t in _leaves(obj) if isinstance(t, torch.Tensor)]
+    if len(set(counts)) <= 1:
+        return False
+    assert len(torch_result) == min(counts) < max(counts)  # torch kept the shortest
+    return True
 
 
 @settings(max_examples=40, deadline=None)
@@ -118,12 +135,16 @@ def test_scatter_kwargs_matches_torch(args, kwargs, n):
     the same count. (Otherwise torch pads by the *unscattered* length: with a batch
     smaller than the device count and a non-tensor kwarg it hands replicas no input.)"""
     devices = ["cpu"] * n
-    got_in, got_kw = scatter_kwargs(args, kwargs, devices, 0)
-    assert len(got_in) == len(got_kw)  # one (args, kwargs) pair per replica
     with torch_functions():
         want_in, want_kw = torch_sg.scatter_kwargs(args, kwargs, devices, 0)
         pairs = torch_sg.scatter((args, kwargs), devices, 0) if args or kwargs else []
         separate = [len(torch_sg.scatter(side, devices, 0)) for side in (args, kwargs) if side]
+    if torch_drops_rows((args, kwargs), n, 0, pairs):
+        with pytest.raises(ValueError, match="split into different numbers of chunks"):
+            scatter_kwargs(args, kwargs, devices, 0)
+        return
+    got_in, got_kw = scatter_kwargs(args, kwargs, devices, 0)
+    assert len(got_in) == len(got_kw)  # one (args, kwargs) pair per replica
     assert same(got_in, tuple(a for a, _ in pairs))
     assert same(got_kw, tuple(k for _, k in pairs))
     if len(set(separate)) <= 1:
@@ -134,7 +155,7 @@ def test_scatter_kwargs_matches_torch(args, kwargs, n):
 def gather_case(draw):
     """``n`` replica outputs of one structure; tensors differ in size only along ``dim``."""
     n = draw(st.integers(1, 5))
-    dim = draw(st.sampled_from([0, 1]))
+    dim = draw(st.sampled_from([0, 1, -1]))
     template = draw(nested(st.sampled_from(["tensor", "scalar", "none"])))
     counter = iter(range(10_000))
 
@@ -201,6 +222,34 @@ def test_scatter_then_gather_is_identity_with_gradient():
     assert torch.equal(y, x)
     (y * torch.arange(7.0)[:, None]).sum().backward()
     assert torch.equal(x.grad, torch.arange(7.0)[:, None].expand(7, 3))
+
+
+def test_scalars_gather_along_dim_0_only_like_torch():
+    """torch turns 0-dim outputs into vectors only for dim 0; along -1, cat refuses them."""
+    parts = [torch.tensor(1.0), torch.tensor(2.0)]
+    with torch_functions(), pytest.raises(RuntimeError, match="zero-dimensional tensor"):
+        torch_sg.gather(parts, "cpu", -1)
+    with pytest.raises(
+        ValueError, match=r"cannot gather outputs of shapes \[\(\), \(\)\] along dim=-1"
+    ):
+        gather(parts, "cpu", -1)
+
+
+def test_data_parallel_refuses_inputs_torch_would_drop_rows_of():
+    """6 rows and 2 rows on 3 devices: torch runs 2 replicas and loses rows 4-5 of x."""
+    x, y = torch.arange(12.0).view(6, 2), torch.ones(2, 2)
+    with torch_functions():
+        (torch_x0, _), (torch_x1, _) = torch_sg.scatter_kwargs((x, y), {}, ["cpu"] * 3, 0)[0]
+    assert torch.equal(torch.cat([torch_x0, torch_x1]), x[:4])  # torch: rows 4-5 are gone
+    dp = minidp.DataParallel(torch.nn.Bilinear(2, 2, 1), device_ids=["cpu"] * 3)
+    with pytest.raises(
+        ValueError,
+        match=r"^DataParallel: input tensors split into different numbers of chunks on 3 "
+        r"devices \(shape -> chunks along dim 0: \(6, 2\) -> 3, \(2, 2\) -> 2\); only 2 "
+        r"replicas could run and the input of shape \(6, 2\) would lose its last 2 of 6 rows",
+    ):
+        dp(x, y)
+    assert dp(x, torch.ones(6, 2)).shape == (6, 1)  # equal batch sizes: every row is used
 
 
 def test_gather_is_differentiable_for_scalars():

@@ -8,14 +8,21 @@ Same rules as ``torch.nn.parallel.scatter`` / ``scatter_kwargs``:
   so a small batch gives fewer chunks than devices (4 devices: batch 5 -> [2, 2, 1],
   batch 3 -> [1, 1, 1]) and DataParallel then uses fewer replicas;
 * tuples, lists, namedtuples and dicts are rebuilt once per device around their scattered
-  members; ``zip`` stops at the shortest member, so the smallest split decides the count;
+  members (``zip``), so every tensor must split into the same number of chunks;
 * anything else (ints, strings, ``None``, empty containers) is repeated, one reference per
   device (not copied: a replica that mutates it mutates everyone's).
 
-Two deliberate differences, both errors where torch would go on silently: an empty batch
-(torch runs every replica on an empty chunk) and a tensor that has no ``dim`` to split
-(torch fails deep inside a copy kernel). ``scatter_kwargs`` pads the shorter of inputs and
-kwargs to the same length (``()`` / ``{}``), which is what torch's padding means to do.
+Three deliberate differences, each an error where torch goes on silently:
+
+* tensors that split into different numbers of chunks (3 devices: 6 rows -> 3 chunks, 2
+  rows -> 2 chunks). torch's ``zip`` stops at the shortest, so only 2 replicas run and
+  rows 4-5 of the first input are dropped without a word — in training, lost samples.
+  Equal batch sizes (the usual case) always split alike;
+* an empty batch (torch runs every replica on an empty chunk);
+* a tensor that has no ``dim`` to split (torch fails deep inside a copy kernel).
+
+``scatter_kwargs`` pads the shorter of inputs and kwargs to the same length (``()`` /
+``{}``), which is what torch's padding means to do.
 
 Gradients flow back through ``chunk`` and ``.to`` (ordinary differentiable ops), so the
 gradient of the input is the replicas' gradients put back side by side.
@@ -79,10 +86,12 @@ def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> Any
         device (as torch: ``scatter((x, 3), [0, 1])`` -> ``[(x0, 3), (x1, 3)]``).
     """
     devices = [as_device(d) for d in target_gpus]
+    splits: list[tuple[tuple[int, ...], tuple]] = []  # (shape, chunks) of every tensor
 
     def scatter_map(obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
-            return split_tensor(obj, devices, dim)
+            splits.append((tuple(obj.shape), split_tensor(obj, devices, dim)))
+            return splits[-1][1]
         # For each container: scatter every member, then zip the per-device pieces back.
         if is_namedtuple(obj):
             return [type(obj)(*members) for members in zip(*map(scatter_map, obj))]
@@ -95,7 +104,27 @@ def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> Any
             return [type(obj)(items) for items in zip(*map(scatter_map, obj.items()))]
         return [obj for _ in devices]  # not splittable: the same object on every device
 
-    return scatter_map(inputs)
+    scattered = scatter_map(inputs)
+    check_no_rows_dropped(splits, len(devices), dim)
+    return scattered
+
+
+def check_no_rows_dropped(splits: list[tuple[tuple[int, ...], tuple]], n: int, dim: int) -> None:
+    """Refuse tensors that split into different chunk counts (``zip`` would drop rows)."""
+    counts = [len(chunks) for _, chunks in splits]
+    if len(set(counts)) <= 1:
+        return
+    used = min(counts)
+    shape, chunks = next((s, c) for s, c in splits if len(c) > used)
+    lost = sum(c.shape[dim] for c in chunks[used:])
+    found = ", ".join(f"{s} -> {len(c)}" for s, c in splits)
+    raise ValueError(
+        f"DataParallel: input tensors split into different numbers of chunks on {n} devices "
+        f"(shape -> chunks along dim {dim}: {found}); only {used} replicas could run and "
+        f"the input of shape {shape} would lose its last {lost} of {shape[dim]} rows "
+        f"(torch.nn.DataParallel drops them silently) — expected every tensor to have the "
+        f"same size along dim {dim}; pass inputs of equal batch size"
+    )
 
 
 def scatter_kwargs(
