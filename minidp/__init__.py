@@ -18,6 +18,7 @@ _LAZY = {
     "DataParallel": "minidp.dp",
     "DistributedDataParallel": "minidp.ddp",
     "DistributedSampler": "minidp.ddp",
+    "ZeroRedundancyOptimizer": "minidp.zero",
 }
 
 
@@ -29,4 +30,11 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'minidp' has no attribute {name!r}")
 
 
-__all__ = ["DataParallel", "DistributedDataParallel", "DistributedSampler", "comm", "launch"]
+__all__ = [
+    "DataParallel",
+    "DistributedDataParallel",
+    "DistributedSampler",
+    "ZeroRedundancyOptimizer",
+    "comm",
+    "launch",
+]
