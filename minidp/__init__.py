@@ -18,6 +18,9 @@ _LAZY = {
     "DataParallel": "minidp.dp",
     "DistributedDataParallel": "minidp.ddp",
     "DistributedSampler": "minidp.ddp",
+    "SyncBatchNorm": "minidp.nn",
+    "MixedPrecisionPolicy": "minidp.fsdp",
+    "fully_shard": "minidp.fsdp",
     "ZeroRedundancyOptimizer": "minidp.zero",
 }
 
@@ -34,6 +37,7 @@ __all__ = [
     "DataParallel",
     "DistributedDataParallel",
     "DistributedSampler",
+    "SyncBatchNorm",
     "ZeroRedundancyOptimizer",
     "comm",
     "launch",

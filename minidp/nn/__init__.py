@@ -1,0 +1,10 @@
+"""Layers whose behaviour changes when the batch is split across ranks.
+
+* :class:`SyncBatchNorm` — BatchNorm statistics over every rank's slice of the batch.
+
+Test: ``pytest tests/test_sync_batchnorm.py``
+"""
+
+from minidp.nn.sync_batchnorm import SyncBatchNorm
+
+__all__ = ["SyncBatchNorm"]
