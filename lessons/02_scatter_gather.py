@@ -21,6 +21,7 @@
 # `torch.cat`).
 
 # %%
+import inspect
 import warnings
 from unittest import mock
 
@@ -28,7 +29,7 @@ import kit
 import torch
 import torch.nn.parallel.scatter_gather as torch_sg
 
-from minidp.dp import gather, scatter, scatter_kwargs
+from minidp.dp import gather, scatter, scatter_kwargs, textbook
 
 kit.title("Lesson 2: scatter and gather")
 DEVICES = ["cpu"] * 4
@@ -99,7 +100,26 @@ print(f"gathered 4 scalars -> {tuple(losses.shape)}; warning: {caught[0].message
 
 
 # %% [markdown]
-# ## 5. Check against torch's own scatter/gather code
+# ## 5. The textbook lines, and what minidp.dp adds
+# In the one-function DataParallel step (`minidp.dp.textbook`, lesson 3) scatter and gather
+# are one line each. Printed from minidp's own source (`inspect.getsource`):
+
+# %%
+source = inspect.getsource(textbook.data_parallel_step).splitlines()
+start = next(i for i, line in enumerate(source) if "# 1. scatter" in line)
+gather_at = next(i for i, line in enumerate(source) if "# 4. gather" in line)
+shown = ["\n".join(source[start : start + 4]), "\n".join(source[gather_at : gather_at + 2])]
+print("\n".join(shown))
+
+# %% [markdown]
+# The faithful `minidp.dp.scatter` / `gather` (sections 1-4) add: any structure of
+# arguments (tuples, lists, dicts, namedtuples, kwargs — rebuilt per device, non-tensors
+# repeated by reference), a chosen `dim`, the 0-dim-outputs rule with its warning, and
+# clear errors for an empty batch, a 0-dim input, or outputs whose shapes or keys do not
+# match. On a plain batch tensor they cut and join exactly like the two lines above.
+
+# %% [markdown]
+# ## 6. Check against torch's own scatter/gather code
 # torch's `scatter`/`scatter_kwargs`/`gather` walk the containers in Python and call the
 # autograd functions `Scatter`/`Gather` for tensors, which on CUDA call
 # `comm.scatter` (= `tensor.chunk`) and `comm.gather` (= `torch.cat`). We run torch's
@@ -157,4 +177,17 @@ kit.check(
     [o.grad for o in outs],
     list(d_out.split([len(c) for c in chunks])),
 )
+kit.check_true(
+    "the lines shown in section 5 are minidp.dp.textbook's own source, not a copy",
+    all(block in inspect.getsource(textbook) for block in shown) and "inputs.chunk(" in shown[0],
+)
 kit.done()
+
+# %% [markdown]
+# ## Your turn
+# Write them yourself; the checker compares with torch's own scatter/gather code:
+# `python -m minidp exercise check scatter` and `python -m minidp exercise check gather`
+# (stubs in `lessons/exercises/`).
+
+# %%
+print("Exercises: python -m minidp exercise check scatter | gather")

@@ -20,6 +20,7 @@
 # plain module — the comparison says so.
 
 # %%
+import inspect
 import threading
 
 import kit
@@ -28,7 +29,7 @@ from torch import nn
 from torch.func import functional_call
 
 import minidp
-from minidp.dp import gather, parallel_apply, replicate, scatter
+from minidp.dp import gather, parallel_apply, replicate, scatter, textbook
 
 kit.title("Lesson 3: replicate + parallel_apply -> DataParallel")
 torch.set_num_threads(1)  # the replica threads already share the cores
@@ -111,7 +112,40 @@ for i in range(0, STEPS, max(STEPS // 6, 1)):
 print(f"state_dict keys get a prefix: {list(dp.state_dict())[:2]} ...")
 
 # %% [markdown]
-# ## 5. Checks
+# ## 5. The whole step in one function: the textbook version
+# Sections 1-4 in one readable function, top to bottom — scatter with `chunk`, replicate
+# with `copy.deepcopy`, one thread per replica, `torch.cat`, then the backward and the
+# parameter server's sum written out. This is minidp's own code (`inspect.getsource`):
+
+# %%
+shown = inspect.getsource(textbook.data_parallel_step)
+print(shown)
+
+# %% [markdown]
+# What the faithful `minidp.DataParallel` (sections 1-4) adds to it:
+# * it is a *module*: `forward` returns the gathered output and your own `loss.backward()`
+#   does the rest, because replicate is a differentiable broadcast whose backward **is**
+#   the device-order sum written out above (`replicate.Broadcast`);
+# * replicas are shallow copies sharing everything but the tensors, and replica 0 *is* the
+#   model (no `deepcopy` of every submodule every step);
+# * inputs and outputs of any structure (tuples, dicts, namedtuples, kwargs);
+# * the caller's grad mode / autocast / CUDA stream in every thread, a failing replica
+#   re-raised with its index and device, and a check that the model is on `device_ids[0]`.
+#
+# Same bits: the check below runs both on the same batch.
+
+# %%
+tb_model, dp_model = kit.make_model(seed=0), kit.make_model(seed=0)
+xb, yb = data[0]
+tb_out, tb_loss = textbook.data_parallel_step(
+    tb_model, xb, yb, nn.functional.cross_entropy, DEVICES
+)
+dp_out2 = minidp.DataParallel(dp_model, device_ids=DEVICES)(xb)
+nn.functional.cross_entropy(dp_out2, yb).backward()
+print(f"textbook step: loss {tb_loss.item():.6f}; minidp.DataParallel: same batch, same model")
+
+# %% [markdown]
+# ## 6. Checks
 # * **the definition of a DP step, bit for bit**: every chunk goes through its own copy of
 #   the parameters (here `torch.func.functional_call` with per-chunk leaf copies, no
 #   threads, no replicate), outputs are concatenated, and the per-chunk gradients are
@@ -154,4 +188,22 @@ kit.check(
     atol=1e-5,
 )
 kit.check("torch.nn.DataParallel (CPU: plain module) vs one device", official.module, single)
+kit.check_true(
+    "the step shown in section 5 is minidp.dp.textbook's own function, not a copy",
+    textbook.data_parallel_step.__module__ == "minidp.dp.textbook"
+    and shown in inspect.getsource(textbook),
+)
+kit.check(
+    "textbook step vs minidp.DataParallel: output and every gradient",
+    [tb_out, *[p.grad for p in tb_model.parameters()]],
+    [dp_out2, *[p.grad for p in dp_model.parameters()]],
+)
 kit.done()
+
+# %% [markdown]
+# ## Your turn
+# Write the step yourself; the checker runs it against `torch.nn.DataParallel`:
+# `python -m minidp exercise check data_parallel_step` (stub: `lessons/exercises/data_parallel_step.py`).
+
+# %%
+print("Exercise: python -m minidp exercise check data_parallel_step")

@@ -19,6 +19,8 @@
 # 3 real rank processes; global batch 96 = 3 x 32.
 
 # %%
+import inspect
+
 import kit
 import torch
 import torch.distributed as dist
@@ -26,6 +28,7 @@ from torch import nn
 
 import minidp
 from minidp.comm import broadcast, ring_all_reduce
+from minidp.ddp import textbook
 
 WORLD = 3
 LOCAL_BATCH = 32
@@ -117,8 +120,30 @@ def ddp_lesson(rank: int, world: int) -> dict:
     out["repacked"] = train_teaching_ddp(rank, world, repack=True)["model"]
     out["torch"] = train_wrapped(rank, world, nn.parallel.DistributedDataParallel)
     out["minidp"] = train_wrapped(rank, world, minidp.DistributedDataParallel)
+    out["textbook"] = train_wrapped(rank, world, textbook.DistributedDataParallel)
     dist.barrier()
     return out
+
+
+# %% [markdown]
+# ## The same ideas as a module: minidp's textbook DDP
+# The four functions above, packaged the way DDP packages them: `same_start` in
+# `__init__`, a hook per parameter, and instead of one all-reduce after backward, one per
+# *bucket*, started from the hooks while backward still runs (lesson 11) — with the default
+# 25 MiB cap this small model is a single bucket, i.e. exactly this lesson's schedule.
+# minidp's own source (`inspect.getsource`), read it top to bottom:
+
+# %%
+if __name__ == "__main__":
+    shown = inspect.getsource(textbook.DistributedDataParallel)
+    print(shown)
+
+# %% [markdown]
+# What `minidp.DistributedDataParallel` (faithful to torch's reducer) adds: torch's bucket
+# layout and its rebuild in the order gradients really arrived (which, with 3+ ranks,
+# decides the bits), buffers broadcast every forward, `no_sync` (lesson 13),
+# `find_unused_parameters` (lesson 14), comm hooks, `join`, `gradient_as_bucket_view`,
+# and checks that turn a desynchronised model into an error instead of a hang.
 
 
 # %%
@@ -169,6 +194,25 @@ if __name__ == "__main__":
             res[r]["minidp"],
             res[r]["torch"],
         )
+    for r in range(1, WORLD):
+        kit.check(
+            f"textbook DDP: rank {r} == rank 0 after training",
+            res[r]["textbook"],
+            res[0]["textbook"],
+        )
+    kit.check(
+        "textbook DDP (one bucket, last layer first) vs torch DDP (other order: rounding only)",
+        res[0]["textbook"],
+        res[0]["torch"],
+        exact=False,
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    kit.check_true(
+        "the class shown is minidp.ddp.textbook's own source, not a copy",
+        textbook.DistributedDataParallel.__module__ == "minidp.ddp.textbook"
+        and shown in inspect.getsource(textbook),
+    )
     kit.check(
         "3 ranks x 32 vs one device x 96 (lesson 1 baseline)",
         res[0]["model"],
@@ -178,3 +222,12 @@ if __name__ == "__main__":
         atol=1e-5,
     )
     kit.done()
+
+# %% [markdown]
+# ## Your turn
+# Average the gradients after backward yourself; the checker compares with torch DDP's:
+# `python -m minidp exercise check average_gradients`.
+
+# %%
+if __name__ == "__main__":
+    print("Exercise: python -m minidp exercise check average_gradients")

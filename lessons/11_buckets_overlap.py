@@ -22,6 +22,7 @@
 
 # %%
 import contextlib
+import inspect
 import statistics
 import tempfile
 import time
@@ -34,7 +35,7 @@ from torch import nn
 
 import minidp
 from minidp import trace
-from minidp.ddp import compute_bucket_assignment_by_size
+from minidp.ddp import compute_bucket_assignment_by_size, textbook
 
 WORLD = 2
 WIDTH, DEPTH = kit.pick((512, 6), (128, 4))
@@ -67,7 +68,31 @@ if __name__ == "__main__":
 
 
 # %% [markdown]
-# ## 2. One traced step on 2 ranks
+# ## 2. The textbook buckets and hooks, in minidp's own source
+# `minidp.ddp.textbook` keeps only the idea: buckets filled last layer first, and a hook
+# that launches every full bucket (in index order) on a communication thread; the last
+# hook waits for them all (`_finish`). Printed with `inspect.getsource`:
+
+# %%
+if __name__ == "__main__":
+    shown = [
+        inspect.getsource(textbook.make_buckets),
+        inspect.getsource(textbook.DistributedDataParallel._grad_ready),
+    ]
+    print("\n".join(shown))
+
+# %% [markdown]
+# What the faithful reducer (`minidp/ddp/reducer.py`, `buckets.py`) adds — and why it
+# matters for the bits: the *first* iteration uses one bucket (the real gradient order is
+# not known yet); after it the buckets are **rebuilt** in the order gradients really
+# arrived, with a small first bucket (1 MiB by default), one bucket list per dtype and
+# device, and rank 0's layout broadcast so all ranks agree. From 3 ranks on, the ring's
+# summation order follows the bucket boundaries, so only torch's exact layout gives
+# torch's bits; with 2 ranks (one addition per element) any layout does — the check
+# below runs the textbook DDP against torch DDP on these 2 ranks, bit for bit.
+
+# %% [markdown]
+# ## 3. One traced step on 2 ranks
 # Each rank records: forward/backward spans (ours), the reducer's "grad ready" hooks,
 # bucket launches and the all-reduces on the communication thread (minidp's own
 # events). The third step is traced: the buckets have been rebuilt by then.
@@ -102,10 +127,13 @@ def buckets_lesson(rank: int, world: int) -> dict:
         )
         times, events = step_times(ddp, data, record=2)
         out[overlap] = {"times": times[2:], "events": events, "buckets": ddp.reducer.assignment}
-    ref_model, mine_model = (kit.make_model(seed=0, width=WIDTH, depth=DEPTH) for _ in range(2))
+    ref_model, mine_model, tb_model = (
+        kit.make_model(seed=0, width=WIDTH, depth=DEPTH) for _ in range(3)
+    )
     ref = nn.parallel.DistributedDataParallel(ref_model, bucket_cap_mb=CAP_MB)
     mine = minidp.DistributedDataParallel(mine_model, bucket_cap_mb=CAP_MB)
-    for ddp in (ref, mine):
+    tb = textbook.DistributedDataParallel(tb_model, bucket_cap_mb=CAP_MB)
+    for ddp in (ref, mine, tb):
         opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
         times = []
         for xb, yb in data:
@@ -114,7 +142,9 @@ def buckets_lesson(rank: int, world: int) -> dict:
             nn.functional.cross_entropy(ddp(xb), yb).backward()
             times.append(time.perf_counter() - t0)
             opt.step()
-        out["torch" if ddp is ref else "minidp"] = {"times": times[2:], "model": ddp.module}
+        name = "torch" if ddp is ref else "minidp" if ddp is mine else "textbook"
+        out[name] = {"times": times[2:], "model": ddp.module}
+    out["textbook_buckets"] = len(tb.buckets)
     index = {id(p): i for i, p in enumerate(ref_model.parameters())}
     # torch's reducer buckets (private API, read only): the layout it really used
     out["torch_buckets"] = [
@@ -158,7 +188,7 @@ if __name__ == "__main__":
     )
 
 # %% [markdown]
-# ## 3. Overlap on vs off, and torch
+# ## 4. Overlap on vs off, and torch
 # `overlap=False` holds every bucket until backward is over (lesson 10's schedule with
 # buckets). Median step time over the steps after the rebuild. On 2 shared CPU cores the
 # communication thread competes with autograd for the same cores, so the gain is
@@ -170,10 +200,11 @@ if __name__ == "__main__":
     for name, key in (("minidp, overlap", True), ("minidp, no overlap", False)):
         print(f"  {name:<22} {med(res[0][key]['times']):7.1f} ms per forward+backward")
     print(f"  {'torch DDP':<22} {med(res[0]['torch']['times']):7.1f} ms")
+    print(f"  {'textbook DDP':<22} {med(res[0]['textbook']['times']):7.1f} ms")
     print(f"  ({kit.machine()}; each rank uses 1 intra-op thread)")
 
 # %% [markdown]
-# ## 4. Checks
+# ## 5. Checks
 
 # %%
 if __name__ == "__main__":
@@ -191,6 +222,18 @@ if __name__ == "__main__":
             res[r]["minidp"]["model"],
             res[r]["torch"]["model"],
         )
+
+    for r in range(WORLD):
+        kit.check(
+            f"rank {r}: textbook DDP ({res[r]['textbook_buckets']} buckets) vs torch DDP, "
+            f"{STEPS} steps (2 ranks: one addition per element)",
+            res[r]["textbook"]["model"],
+            res[r]["torch"]["model"],
+        )
+    kit.check_true(
+        "the functions shown in section 2 are minidp.ddp.textbook's own source, not copies",
+        all(block in inspect.getsource(textbook) for block in shown),
+    )
 
     def launched_before_last_gradient(events) -> list[bool]:
         """Per bucket launch on rank 0: did it leave before the last gradient was ready?"""
@@ -211,3 +254,13 @@ if __name__ == "__main__":
         len(late) > 1 and not any(late),
     )
     kit.done()
+
+# %% [markdown]
+# ## Your turn
+# Write bucketed DDP with hooks yourself; the checker compares the gradients with torch
+# DDP's and checks that buckets leave during backward:
+# `python -m minidp exercise check bucketed_ddp`.
+
+# %%
+if __name__ == "__main__":
+    print("Exercise: python -m minidp exercise check bucketed_ddp")

@@ -20,12 +20,15 @@
 # minidp's sampler against torch's, index for index; then broken vs fixed on real ranks.
 
 # %%
+import inspect
+
 import kit
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler as TorchSampler
 
 import minidp
+from minidp.ddp import textbook_sampler
 
 # %% [markdown]
 # ## 1. Who gets what: 10 samples, 3 ranks
@@ -43,7 +46,23 @@ if __name__ == "__main__":  # the rank processes import this file: keep them qui
     print("(no drop_last: indices 0 and 1 are seen twice; the ranks still get equal counts)")
 
 # %% [markdown]
-# ## 2. Broken, then fixed: set_epoch on 2 real ranks
+# ## 2. The whole sampler in a few lines
+# `minidp.ddp.textbook_sampler.DistributedSampler.__iter__`, printed from minidp's own
+# source (`inspect.getsource`): one permutation seeded with `seed + epoch`, padded or cut
+# to a multiple of the world size, every `world`-th index from `rank` on.
+
+# %%
+if __name__ == "__main__":
+    print(inspect.getsource(textbook_sampler.DistributedSampler.__iter__))
+
+# %% [markdown]
+# What the faithful `minidp.DistributedSampler` (`minidp/ddp/sampler.py`) adds: rank and
+# world size taken from the process group when not given, checks on both, `len()` without
+# building the list, and torch's own arithmetic for the padding, line by line. The check
+# in section 4 runs the textbook one against torch's too.
+
+# %% [markdown]
+# ## 3. Broken, then fixed: set_epoch on 2 real ranks
 # Each rank trains with `minidp.DistributedDataParallel` on a `DataLoader` driven by the
 # sampler, for 3 epochs, and records the first samples of each epoch.
 
@@ -81,9 +100,9 @@ if __name__ == "__main__":
     res = kit.spawn(epochs_lesson, 2)
 
 # %% [markdown]
-# ## 3. Checks
-# * minidp's sampler == `torch.utils.data.distributed.DistributedSampler`, for several
-#   sizes, world sizes, epochs, shuffle and drop_last settings;
+# ## 4. Checks
+# * minidp's sampler and the textbook one == `torch.utils.data.distributed.DistributedSampler`,
+#   for several sizes, world sizes, epochs, shuffle and drop_last settings;
 # * the ranks' shares are disjoint (apart from padding) and cover the dataset;
 # * without set_epoch every epoch repeats the same order; with it, they differ.
 
@@ -104,15 +123,18 @@ if __name__ == "__main__":
                                 seed=7,
                                 drop_last=drop_last,
                             )
-                            a, b = (
+                            a, b, c = (
                                 minidp.DistributedSampler(range(n), **kw),
                                 TorchSampler(range(n), **kw),
+                                textbook_sampler.DistributedSampler(range(n), **kw),
                             )
-                            a.set_epoch(epoch)
-                            b.set_epoch(epoch)
-                            same &= list(a) == list(b) and len(a) == len(b)
+                            for sampler in (a, b, c):
+                                sampler.set_epoch(epoch)
+                            same &= list(a) == list(b) == list(c) and len(a) == len(b) == len(c)
     kit.check_true(
-        f"minidp.DistributedSampler == torch's, every rank of {configs} configurations", same
+        f"minidp.DistributedSampler and the textbook one == torch's, every rank of "
+        f"{configs} configurations",
+        same,
     )
 
     covered = sorted(set(res[0][True][0]) | set(res[1][True][0]))
@@ -130,3 +152,12 @@ if __name__ == "__main__":
         len({tuple(e) for e in with_}) == EPOCHS,
     )
     kit.done()
+
+# %% [markdown]
+# ## Your turn
+# Write the sampler's indices yourself (with the epoch in the seed); the checker compares
+# them with torch's `DistributedSampler`: `python -m minidp exercise check distributed_sampler`.
+
+# %%
+if __name__ == "__main__":
+    print("Exercise: python -m minidp exercise check distributed_sampler")

@@ -16,7 +16,11 @@ Run: ``pytest tests/test_textbook_dp_ddp.py``
 
 from __future__ import annotations
 
+import ast
 import copy
+import inspect
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -230,3 +234,65 @@ def test_textbook_sampler_matches_torch(length, world, seed, epoch, shuffle, dro
 def test_textbook_sampler_bad_rank():
     with pytest.raises(ValueError, match="expected 0 <= rank < num_replicas, got rank=3, num"):
         TextbookSampler(range(5), num_replicas=3, rank=3)
+
+
+# ----------------------------------------------------------------------------- lessons
+
+LESSONS = Path(__file__).resolve().parents[1] / "lessons"
+SHOWING = {  # lesson -> textbook objects it prints with inspect.getsource
+    "02_scatter_gather.py": {"minidp.dp.textbook.data_parallel_step"},
+    "03_data_parallel.py": {"minidp.dp.textbook.data_parallel_step"},
+    "10_ddp_from_scratch.py": {"minidp.ddp.textbook.DistributedDataParallel"},
+    "11_buckets_overlap.py": {
+        "minidp.ddp.textbook.make_buckets",
+        "minidp.ddp.textbook.DistributedDataParallel._grad_ready",
+    },
+    "12_distributed_sampler.py": {"minidp.ddp.textbook_sampler.DistributedSampler.__iter__"},
+}
+
+
+def shown_sources(path: Path) -> dict[str, object]:
+    """Every ``inspect.getsource(X)`` in a lesson: X's dotted name resolved through the
+    lesson's own imports -> the object itself."""
+    tree = ast.parse(path.read_text())
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname or a.name: a.name for a in node.names})
+    found = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) == "inspect.getsource"
+            and isinstance(node.args[0], ast.Attribute | ast.Name)
+        ):
+            head, *rest = ast.unparse(node.args[0]).split(".")
+            name = ".".join([aliases.get(head, head), *rest])
+            module_name, attrs = name, []
+            while module_name not in sys.modules and "." in module_name:
+                module_name, attr = module_name.rsplit(".", 1)
+                attrs.insert(0, attr)
+            obj = sys.modules.get(module_name)  # None: defined in the lesson itself
+            for attr in attrs:
+                obj = getattr(obj, attr, None)
+            found[name] = obj
+    return found
+
+
+@pytest.mark.parametrize("lesson", sorted(SHOWING))
+def test_lessons_show_the_real_textbook_functions(lesson):
+    """The source a lesson prints is minidp's own function (``inspect.getsource`` of the
+    imported object), not a copy pasted into the lesson."""
+    import minidp.ddp.textbook_sampler  # noqa: F401 -- resolvable in sys.modules
+    import minidp.dp.textbook  # noqa: F401
+
+    text = (LESSONS / lesson).read_text()
+    found = shown_sources(LESSONS / lesson)
+    assert SHOWING[lesson] <= set(found), found
+    for name in SHOWING[lesson]:
+        obj = found[name]
+        assert obj.__module__.startswith("minidp.") and "textbook" in obj.__module__
+        assert inspect.getsource(obj) in Path(inspect.getfile(obj)).read_text()
+        assert f"def {obj.__name__}(" not in text and f"class {obj.__name__}" not in text
