@@ -1,0 +1,137 @@
+# %% [markdown]
+# # Lesson 24 — BatchNorm under data parallelism, and SyncBatchNorm
+#
+# Run: `python lessons/24_sync_batchnorm.py`
+#
+# BatchNorm normalises with the mean and variance *of the batch it sees*. Under DP or DDP
+# each device sees only its slice: with 2 ranks, each BatchNorm layer normalises with the
+# statistics of half the batch. Every other layer computes the same function whatever the
+# split; BatchNorm does not. This lesson measures the difference, then fixes it with
+# `minidp.SyncBatchNorm`, which gathers every rank's count, mean and spread so that each
+# rank normalises with the global batch's statistics. torch's `nn.SyncBatchNorm` does the
+# same with CUDA kernels — and refuses CPU tensors, so minidp's runs on minidp's own
+# collectives instead.
+#
+# Ranks are threads with real gloo groups (`minidp.launch.run_threads`), each wrapping the
+# model in `minidp.DistributedDataParallel`.
+
+# %%
+import copy
+import inspect
+
+import kit
+import torch
+from torch import nn
+
+import minidp
+from minidp.launch import run_threads
+
+BATCH, STEPS, WORLD = kit.pick(64, 16), kit.pick(5, 3), 2
+
+
+def make_model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def data() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    x, y = kit.make_data(STEPS * BATCH)
+    x[: BATCH // 2] += 2.0  # rank 0's first half-batch is shifted: the slices differ
+    return list(kit.batches(x, y, BATCH))
+
+
+def train(rank: int, world: int, model: nn.Module, batches: list) -> nn.Module:
+    ddp = minidp.DistributedDataParallel(copy.deepcopy(model))  # threads share memory: a copy each
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for xb, yb in batches:
+        opt.zero_grad()
+        xs, ys = xb.chunk(world)[rank], yb.chunk(world)[rank]  # this rank's half
+        nn.functional.cross_entropy(ddp(xs), ys).backward()
+        opt.step()
+    return ddp.module
+
+
+# %% [markdown]
+# ## 1. Plain BatchNorm under DDP: each rank normalises with its own half
+# One process on the full batch is the model we want. DDP with plain BatchNorm trains
+# something else: each rank's statistics come from its half (and DDP broadcasts rank 0's
+# running statistics every forward, so rank 1's are simply overwritten).
+
+# %%
+if __name__ == "__main__":
+    kit.title("Lesson 24: BatchNorm under data parallelism, and SyncBatchNorm")
+    batches = data()
+    single = make_model()
+    opt = torch.optim.SGD(single.parameters(), lr=0.1)
+    for xb, yb in batches:
+        opt.zero_grad()
+        nn.functional.cross_entropy(single(xb), yb).backward()
+        opt.step()
+    plain = run_threads(train, WORLD, make_model(), batches)[0]
+    gap = max((a - b).abs().max().item() for a, b in zip(plain.parameters(), single.parameters()))
+    bn_gap = (plain[1].running_mean - single[1].running_mean).abs().max().item()
+    print(f"plain BatchNorm under DDP vs one process: max parameter difference {gap:.3g}")
+    print(f"running_mean differs by up to {bn_gap:.3g}: rank 0's half-batch statistics")
+
+# %% [markdown]
+# ## 2. torch's SyncBatchNorm needs a GPU
+# In one process it quietly acts as a plain BatchNorm; with a real group of 2 ranks
+# (processes, gloo) it refuses CPU tensors.
+
+
+# %%
+def torch_sync_bn_on_cpu(rank: int, world: int) -> str:
+    try:
+        nn.SyncBatchNorm(4).train()(torch.randn(8, 4))
+    except (ValueError, RuntimeError) as exc:
+        return str(exc).splitlines()[0]
+    return ""
+
+
+if __name__ == "__main__":
+    refused = kit.spawn(torch_sync_bn_on_cpu, WORLD)[0]
+    print(f"torch.nn.SyncBatchNorm on CPU, 2 ranks: {refused or 'accepted'}")
+
+# %% [markdown]
+# ## 3. minidp.SyncBatchNorm: the statistics of the whole batch on every rank
+# `convert_sync_batchnorm` swaps every BatchNorm for a SyncBatchNorm with the same
+# parameters and buffers, like torch's. Its forward gathers (count, mean, squared
+# deviations) from every rank and combines them exactly:
+
+# %%
+if __name__ == "__main__":
+    from minidp.nn.sync_batchnorm import _global_stats
+
+    print(inspect.getsource(_global_stats))
+    synced = minidp.SyncBatchNorm.convert_sync_batchnorm(make_model())
+    print(f"converted: {synced[1]!r} -> {type(synced[1]).__name__}")
+    trained = run_threads(train, WORLD, synced, batches)
+
+# %% [markdown]
+# ## Checks
+# SyncBatchNorm under DDP trains the one-process model: same parameters and running
+# statistics up to float32 rounding (the batch is split, so the matmuls and reductions
+# add up in another order — not bit for bit). Plain BatchNorm does not.
+
+# %%
+if __name__ == "__main__":
+    kit.check(
+        "DDP + minidp.SyncBatchNorm vs one process on the full batch (parameters)",
+        list(trained[0].parameters()),
+        list(single.parameters()),
+        exact=False,
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    for r, model in enumerate(trained):
+        kit.check(
+            f"rank {r}'s running statistics vs one process",
+            [model[1].running_mean, model[1].running_var],
+            [single[1].running_mean, single[1].running_var],
+            exact=False,
+            rtol=1e-5,
+            atol=1e-6,
+        )
+    kit.check_true("plain BatchNorm under DDP is measurably different", gap > 1e-3, f"{gap:.3g}")
+    kit.check_true("torch's SyncBatchNorm refuses CPU tensors", bool(refused), refused)
+    kit.done()
