@@ -11,7 +11,7 @@
 # | world size | number of processes in the job | `WORLD_SIZE`, `dist.get_world_size()` |
 # | rank | this process's index in the job, `0 .. world-1` | `RANK`, `dist.get_rank()` |
 # | node | one machine | `torchrun --nnodes` |
-# | local rank | index among the processes *on this node* (picks the GPU) | `LOCAL_RANK` |
+# | local rank | index among the processes *on this node* (picks the GPU) | `LOCAL_RANK`, `dist.get_node_local_rank()` |
 # | local world size | processes on this node | `LOCAL_WORLD_SIZE` |
 # | group rank | this node's index | `GROUP_RANK` (`--node-rank`) |
 #
@@ -63,6 +63,8 @@ def who_am_i(rank: int, world_size: int) -> dict:
         "dist_rank": dist.get_rank(),
         "dist_world": dist.get_world_size(),
         "backend": dist.get_backend(),
+        # torch >= 2.4 (minidp's floor) reads LOCAL_RANK for you; raises if it is not set
+        "node_local_rank": dist.get_node_local_rank(),
         "env": env,
     }
 
@@ -200,6 +202,10 @@ if __name__ == "__main__":
             and int(rep["env"]["WORLD_SIZE"]) == rep["dist_world"] == WORLD
             for r, rep in enumerate(reports)
         ),
+    )
+    kit.check_true(
+        "every spawned rank: dist.get_node_local_rank() == LOCAL_RANK",
+        all(rep["node_local_rank"] == int(rep["env"]["LOCAL_RANK"]) for rep in reports),
     )
     kit.check_true(
         "torchrun set RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT and env:// init used them",

@@ -12,9 +12,11 @@
 # 2. **no `map_location`**: a checkpoint written on `cuda:0` records that device in the
 #    file; loading it on a machine without GPUs fails, and on a GPU machine every rank
 #    would load it onto GPU 0. Fix: `map_location="cpu"` (or `f"cuda:{local_rank}"`);
-# 3. **`weights_only`** (default `True` since torch 2.6): a checkpoint holding arbitrary
+# 3. **`weights_only`** (default `True` since torch 2.6; torch 2.4 and 2.5 default to
+#    `False`, which runs whatever code the pickle names): a checkpoint holding arbitrary
 #    Python objects (a config dataclass) is refused. Fix: save plain types (tensors,
-#    dicts, numbers, strings);
+#    dicts, numbers, strings), and pass `weights_only=True` explicitly so every torch
+#    version loads the same way;
 # 4. **the `module.` prefix**: `ddp.state_dict()` keys start with `module.`; a plain model
 #    will not load them. Fix: save `ddp.module.state_dict()`.
 #
@@ -23,6 +25,7 @@
 # %%
 import dataclasses
 import os
+import pickle
 import re
 import tempfile
 import time
@@ -115,8 +118,9 @@ def checkpoint_lesson(rank: int, world: int, folder: str) -> dict:
     try:
         torch.load(gpu_file, weights_only=True)
         out["no map_location"] = "loaded (this machine has a GPU)"
-    except RuntimeError as exc:
-        out["no map_location"] = str(exc).splitlines()[0]
+    except (RuntimeError, pickle.UnpicklingError) as exc:  # torch < 2.6 wraps it in the latter
+        cause = re.search(r"Attempting to deserialize object on a CUDA device[^.]*", str(exc))
+        out["no map_location"] = cause[0] if cause else str(exc).splitlines()[0]
     out["with map_location"] = torch.load(gpu_file, map_location="cpu", weights_only=True)
 
     # 3. weights_only refuses arbitrary objects
@@ -125,9 +129,10 @@ def checkpoint_lesson(rank: int, world: int, folder: str) -> dict:
         torch.save({"model": loaded["model"], "config": Config()}, obj_file)
     barrier()
     try:
-        torch.load(obj_file, map_location="cpu")  # weights_only=True is the default
+        # explicit: the default since torch 2.6, but torch 2.4/2.5 would load the object
+        torch.load(obj_file, map_location="cpu", weights_only=True)
         out["weights_only"] = "loaded"
-    except Exception as exc:
+    except pickle.UnpicklingError as exc:  # the type on every torch from 2.4 to 2.14
         text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # torch bolds a phrase with ANSI codes
         out["weights_only"] = f"{type(exc).__name__}: " + " ".join(text.split())[:100]
 
@@ -210,3 +215,13 @@ if __name__ == "__main__":
             res[r]["torch"],
         )
     kit.done()
+
+# %% [markdown]
+# ## Your turn
+# Save on rank 0 and load on every rank yourself; the checker compares what every rank
+# loaded with `torch.save`/`torch.load` of the same state:
+# `python -m minidp exercise check checkpoint`.
+
+# %%
+if __name__ == "__main__":
+    print("Exercise: python -m minidp exercise check checkpoint")
