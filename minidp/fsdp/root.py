@@ -1,0 +1,163 @@
+"""The root of an FSDP model: the forward/backward schedule of all its units.
+
+The outermost wrapped module becomes the root at its first forward. It owns the one
+communication thread every unit's all-gather and reduce-scatter run on (in submission
+order, the same on every rank), records the order in which units run their forward, and
+uses that order to prefetch:
+
+* forward: when unit i starts, the all-gather of the unit after it (last step's order) is
+  submitted, so it travels while unit i computes;
+* backward: when unit i's backward starts (a gradient reaches its output), the all-gather
+  of the unit before it is submitted — backward visits units in reverse.
+
+Backward bookkeeping: each full parameter's post-accumulate-grad hook counts down its
+unit's ``pending``; at 0 the unit's reduce-scatter is submitted and the unit is freed
+(gradients travel while autograd computes earlier layers). When the last gradient of the
+model has arrived, the root waits for every reduce-scatter and adds the results into the
+shards' ``.grad`` — before ``loss.backward()`` returns, as in FSDP2.
+
+Test: ``pytest tests/test_fsdp.py``
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import torch
+
+from minidp import trace
+from minidp.ddp.comm_thread import CommThread
+
+
+class Root:
+    """Schedules the units of one model: gathers, prefetches, reduce-scatters, waits."""
+
+    def __init__(self, unit, units: list) -> None:
+        self.unit = unit
+        self.units = units  # every unit of the model, root first (module order)
+        self.comm = CommThread(unit.group)
+        self.order: list = []  # units in the order their forward started, this step
+        self.last_order: list = []  # the previous step's order (for forward prefetch)
+        self.post_order: list = []  # units in the order their forward ended (root last)
+        self.gathers: dict[int, Future] = {}  # id(unit) -> all-gather in flight
+        self.reduces: list[tuple] = []  # (unit, future) in submission order
+        self.pending = 0  # gradients still to arrive in this backward, whole model
+        self.backward_started = False
+        for u in units:
+            u.root = self
+
+    # ---- gathering ---------------------------------------------------------------------
+
+    def _gather(self, unit) -> None:
+        with trace.span(f"all-gather {unit.label}", lane="comm"):
+            unit.gather()
+
+    def prefetch(self, unit) -> None:
+        """Start ``unit``'s all-gather on the communication thread, unless it is there."""
+        if unit is not None and not unit.is_unsharded and id(unit) not in self.gathers:
+            self.gathers[id(unit)] = self.comm.submit(self._gather, unit)
+
+    def unshard(self, unit) -> None:
+        """Make sure ``unit``'s full parameters are gathered and installed on its module."""
+        if unit.is_unsharded:
+            return
+        self.prefetch(unit)
+        with trace.span(f"wait all-gather {unit.label}", lane="compute"):
+            self.gathers.pop(id(unit)).result()
+        if not unit.hooks:  # the full parameters exist now: count their gradients
+            unit.hooks = [
+                p.register_post_accumulate_grad_hook(lambda _, u=unit: self.grad_ready(u))
+                for p, rg in zip(unit.full, unit.requires_grad)
+                if rg
+            ]
+        unit.install(unit.full)
+        unit.is_unsharded = True
+
+    # ---- forward -----------------------------------------------------------------------
+
+    def pre_forward(self, unit) -> None:
+        if unit is self.unit:
+            self._start_step()
+        self.order.append(unit)
+        self.unshard(unit)
+        if torch.is_grad_enabled() and unit in self.last_order:
+            i = self.last_order.index(unit)
+            self.prefetch(self.last_order[i + 1] if i + 1 < len(self.last_order) else None)
+
+    def post_forward(self, unit) -> None:
+        if not torch.is_grad_enabled():
+            if unit is self.unit:  # inference: nothing stays gathered
+                for u in self.units:
+                    if u.is_unsharded:
+                        u.free()
+            elif unit.reshard_after_forward:
+                unit.free()
+            return
+        self.post_order.append(unit)
+        if unit is not self.unit and unit.reshard_after_forward:
+            unit.free()
+        if unit is self.unit:
+            self.pending = sum(sum(u.requires_grad) for u in self.units)
+
+    def _start_step(self) -> None:
+        if self.backward_started and self.pending:
+            missing = [
+                f"{u.label}.{n}"
+                for u in self.units
+                for n, rg, p in zip(u.names, u.requires_grad, u.full)
+                if rg and u.pending and p.grad is None
+            ]
+            raise RuntimeError(
+                f"fully_shard: the last backward finished without gradients for {missing} — "
+                "every parameter that requires grad must take part in the loss (FSDP "
+                "reduce-scatters each unit once all its gradients are in). Hint: freeze "
+                "unused parameters with requires_grad_(False)"
+            )
+        for f in self.gathers.values():  # prefetches nobody used (e.g. an eval forward)
+            f.result()
+        self.gathers.clear()
+        for u in self.units:
+            u.pending = sum(u.requires_grad)
+            if u.is_unsharded and u is not self.unit:
+                u.free()
+        if self.order:
+            self.last_order = self.order
+        self.order, self.post_order = [], []
+        self.backward_started = False
+
+    # ---- backward ----------------------------------------------------------------------
+
+    def pre_backward(self, unit) -> None:
+        self.backward_started = True
+        self.unshard(unit)
+        # backward runs the units in reverse post-forward order: the one before is next
+        i = self.post_order.index(unit) if unit in self.post_order else 0
+        if i > 0:
+            self.prefetch(self.post_order[i - 1])
+
+    def grad_ready(self, unit) -> None:
+        self.backward_started = True
+        unit.pending -= 1
+        self.pending -= 1
+        if unit.pending == 0:
+            grads = unit.take_grads()
+            future = self.comm.submit(self._reduce, unit, grads)
+            self.reduces.append((unit, future))
+            if unit is not self.unit:
+                unit.free()
+        if self.pending == 0:
+            self._finish_backward()
+
+    def _reduce(self, unit, grads):
+        with trace.span(f"reduce-scatter {unit.label}", lane="comm"):
+            return unit.reduce(grads)
+
+    def _finish_backward(self) -> None:
+        with trace.span("wait reduce-scatters", lane="compute"):
+            for unit, future in self.reduces:
+                unit.accumulate(future.result())
+        self.reduces = []
+        for u in self.units:
+            if u.is_unsharded:
+                u.free()
+        self.backward_started = False

@@ -1,0 +1,80 @@
+"""How FSDP cuts a parameter: dim 0 in ``world`` chunks of ``ceil(dim0 / world)`` rows.
+
+The rule is ``torch.chunk``'s (what FSDP2 uses): every rank's shard is padded to the first
+chunk's row count, so that one all-gather of equal pieces rebuilds every parameter. With
+13 rows on 4 ranks the chunks have 4, 4, 4, 1 rows; rank 3 holds 1 row plus 3 rows of
+padding. With 5 rows on 4 ranks: 2, 2, 1, 0 — rank 3 holds nothing but padding.
+
+A unit (one ``fully_shard`` call) lays its padded shards end to end in one flat buffer per
+rank, ``(T,)``; the all-gather turns them into ``(world, T)``, row ``r`` being rank ``r``'s
+buffer. Gradients travel the same way in reverse: each full gradient is padded to
+``world * rows`` rows and cut into ``world`` pieces; piece ``r`` of every gradient goes into
+row ``r`` (FSDP2's ``chunk_cat``), and the reduce-scatter hands row ``r``, summed over ranks,
+to rank ``r``.
+
+Test: ``pytest tests/test_fsdp.py -k shard``
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def shard_rows(dim0: int, world: int) -> int:
+    """Rows every rank's (padded) shard has: the first ``torch.chunk`` chunk's length."""
+    return math.ceil(dim0 / world) if dim0 else 0
+
+
+def shard_length(dim0: int, world: int, rank: int) -> int:
+    """Rows of real data in ``rank``'s shard (the rest, up to ``shard_rows``, is padding)."""
+    rows = shard_rows(dim0, world)
+    return max(0, min(rows, dim0 - rank * rows))
+
+
+def padded_shard(full: torch.Tensor, world: int, rank: int) -> torch.Tensor:
+    """This rank's chunk of ``full`` along dim 0, zero-padded to ``shard_rows`` rows (a copy)."""
+    rows = shard_rows(full.shape[0], world)
+    length = shard_length(full.shape[0], world, rank)
+    out = full.new_zeros((rows, *full.shape[1:]))  # (rows, *rest) rank-local
+    out[:length].copy_(full[rank * rows : rank * rows + length])
+    return out
+
+
+def chunk_cat(tensors: list[torch.Tensor], world: int, dtype: torch.dtype) -> torch.Tensor:
+    """``(world, T)``: row r = piece r of every tensor (dim 0 padded), end to end, in dtype."""
+    pieces = []
+    for t in tensors:
+        rows = shard_rows(t.shape[0], world)
+        padded = t.new_zeros((rows * world, *t.shape[1:]), dtype=dtype)
+        padded[: t.shape[0]].copy_(t)  # the cast to dtype happens here, like chunk_cat's
+        pieces.append(padded.view(world, -1))  # (world, rows * row_numel)
+    return torch.cat(pieces, dim=1)
+
+
+def uncat(flat: torch.Tensor, shapes: list[torch.Size], world: int) -> list[torch.Tensor]:
+    """Inverse of ``chunk_cat`` for a gathered ``(world, T)``: the full tensors (copies)."""
+    out, offset = [], 0
+    for shape in shapes:
+        rows = shard_rows(shape[0], world)
+        width = rows * math.prod(shape[1:])
+        block = flat[:, offset : offset + width].reshape(world * rows, *shape[1:])
+        out.append(block[: shape[0]])
+        offset += width
+    return out
+
+
+def divide_factors(world: int, dtype: torch.dtype) -> tuple[float | None, float | None, str]:
+    """(pre-divide, post-divide, op) of FSDP2's gradient averaging for a reduction in dtype.
+
+    fp32 and bf16 cannot overflow a sum of a few ranks: one reduce-scatter with AVG (sum,
+    then divide by ``world``). fp16 can: divide by about sqrt(world) before the sum and by
+    the rest after it, with SUM — exactly FSDP2's ``_get_gradient_divide_factors``.
+    """
+    if dtype in (torch.float32, torch.bfloat16):
+        return None, None, "avg" if world > 1 else "sum"
+    pre = 1
+    while world % pre == 0 and world / pre > pre:
+        pre *= 2
+    return float(pre), world / pre, "sum"

@@ -1,0 +1,76 @@
+"""The whole model from its shards, and back: full state dicts and per-rank bytes.
+
+* ``full_state_dict(model)`` — a collective: every unit all-gathers its shards; every rank
+  gets ``{name: full tensor}`` for the parameters (tied ones under their first name, as
+  ``named_parameters`` lists them) plus the buffers. Call it on all ranks, between steps.
+* ``load_full_state_dict(model, sd)`` — no communication: each rank copies its own dim-0
+  chunk of each full tensor into its shard (any world size can load what another saved).
+* ``sharded_bytes(model)`` — bytes this rank holds in shards, their gradients, and full
+  parameters gathered right now: FSDP's memory, read from the tensors.
+
+``model.state_dict()`` itself holds this rank's shards (loads back into the same world).
+
+Test: ``pytest tests/test_fsdp.py -k state``
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from minidp.fsdp import shard
+from minidp.fsdp.wrap import unit_of
+
+
+def _units(model: nn.Module):
+    """(prefix, unit) for every unit in ``model``, in module order."""
+    units = [(f"{n}." if n else "", u) for n, m in model.named_modules() if (u := unit_of(m))]
+    if not units:
+        raise ValueError(
+            f"{type(model).__name__} has no fully_shard units — call minidp.fully_shard first"
+        )
+    return units
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``{name: full tensor}`` of every parameter and buffer, on every rank (a collective)."""
+    gathered: dict[str, torch.Tensor] = {}
+    for prefix, unit in _units(model):
+        for name, full in zip(unit.names, unit.gather_full(unit.dtype)):
+            gathered[prefix + name] = full
+    out = {name: gathered[name] for name, _ in model.named_parameters()}  # model's order
+    for name, buf in model.named_buffers():
+        out[name] = buf.detach().clone()
+    return out
+
+
+@torch.no_grad()
+def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copy this rank's chunk of every full parameter (and every buffer) from ``state``."""
+    for prefix, unit in _units(model):
+        for name, padded, shape in zip(unit.names, unit.padded, unit.shapes):
+            key = prefix + name
+            if key not in state:
+                raise KeyError(
+                    f"load_full_state_dict: {key!r} is missing; the state has "
+                    f"{sorted(state)[:8]}... — save it with minidp.fsdp.full_state_dict"
+                )
+            if state[key].shape != shape:
+                raise ValueError(
+                    f"load_full_state_dict: {key} is {tuple(state[key].shape)} in the state "
+                    f"but {tuple(shape)} in the model"
+                )
+            padded.copy_(shard.padded_shard(state[key], unit.world, unit.rank))
+    for name, buf in model.named_buffers():
+        if name in state:
+            buf.copy_(state[name])
+
+
+def sharded_bytes(model: nn.Module) -> dict[str, int]:
+    """Bytes on this rank: ``params`` (padded shards), ``grads`` (shards' .grad), ``gathered``."""
+    params = grads = gathered = 0
+    for _, unit in _units(model):
+        params += sum(p.nbytes for p in unit.padded)
+        grads += sum(p.grad.nbytes for p in unit.sharded if p.grad is not None)
+        gathered += sum(p.untyped_storage().nbytes() for p in unit.full)
+    return {"params": params, "grads": grads, "gathered": gathered}

@@ -1,0 +1,150 @@
+"""One FSDP unit: the parameters one ``fully_shard`` call owns, sharded, gathered, reduced.
+
+State of a unit's parameters, all rank-local:
+
+* ``padded[i]``  ``(rows, *rest)`` in the original dtype — this rank's piece of parameter i,
+  zero-padded (``shard.py``). ``sharded[i]`` is an ``nn.Parameter`` viewing its first
+  ``length`` rows: what the module holds between steps, what the optimizer steps, where
+  the reduced gradient lands (``.grad``).
+* ``full[i]``  the unsharded ``nn.Parameter`` (``param_dtype``) the forward and backward
+  use. Created once; "freeing" it resizes its storage to 0 bytes, "gathering" resizes it
+  back and copies the all-gathered data in. The autograd graph keeps pointing at the same
+  storage, so a unit freed after forward and gathered again before backward hands its
+  saved tensors the right data again — how FSDP2 frees memory, with public APIs.
+
+The two collectives run on the root's communication thread (``minidp.ddp.comm_thread``),
+one after another in the order they were submitted, so every rank runs the same sequence:
+``gather`` (all-gather of the flat ``(T,)`` shards into ``(world, T)``) and ``reduce``
+(reduce-scatter of the ``(world, T)`` padded gradients into this rank's ``(T,)``).
+
+Test: ``pytest tests/test_fsdp.py``
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from minidp.comm import all_gather, reduce_scatter
+from minidp.fsdp import shard
+from minidp.fsdp.policy import MixedPrecisionPolicy
+
+
+class FSDPUnit:
+    """The sharded parameters of one wrapped module, and how to gather and reduce them."""
+
+    def __init__(self, module, names, params, locations, group, reshard_after_forward, mp):
+        self.module = module
+        self.names = names  # names relative to ``module`` (tied parameters once)
+        self.locations = locations  # per parameter: [(submodule, attribute), ...]
+        self.group = group
+        self.rank, self.world = group.rank(), group.size()
+        self.reshard_after_forward = reshard_after_forward
+        self.mp = mp or MixedPrecisionPolicy()
+        self.shapes = [p.shape for p in params]
+        self.requires_grad = [p.requires_grad for p in params]
+        self.dtype = params[0].dtype if params else torch.float32
+        self.param_dtype = self.mp.param_dtype or self.dtype
+        with torch.no_grad():
+            self.padded = [shard.padded_shard(p.detach(), self.world, self.rank) for p in params]
+        self.sharded = [
+            nn.Parameter(pad[: shard.shard_length(s[0], self.world, self.rank)], p.requires_grad)
+            for pad, s, p in zip(self.padded, self.shapes, params)
+        ]
+        self.full: list[nn.Parameter] = []  # created at the first gather
+        self.is_unsharded = False
+        self.root = None  # the Root coordinating this unit's model, set at the first forward
+        self.pending = 0  # gradients still to arrive in this backward
+        self.hooks: list = []  # post-accumulate-grad hooks on the full parameters
+        self.label = type(module).__name__  # the root renames it by position, for traces
+        self.install(self.sharded)
+
+    # ---- which tensors the module holds ------------------------------------------------
+
+    def install(self, params: list[nn.Parameter]) -> None:
+        """Register ``params`` on the module at every place the originals were (tied: all)."""
+        for param, places in zip(params, self.locations):
+            for module, attr in places:
+                setattr(module, attr, param)  # nn.Module.__setattr__ re-registers it
+
+    def free(self) -> None:
+        """Reshard: the module holds the shards again; the full storages drop to 0 bytes."""
+        for p in self.full:
+            p.untyped_storage().resize_(0)
+        self.install(self.sharded)
+        self.is_unsharded = False
+
+    # ---- collectives (run on the communication thread) ---------------------------------
+
+    def flat_shards(self, dtype: torch.dtype) -> torch.Tensor:
+        """``(T,)`` this rank's padded shards end to end, in ``dtype``."""
+        if not self.padded:
+            return torch.empty(0, dtype=dtype)
+        return torch.cat([p.reshape(-1) for p in self.padded]).to(dtype)
+
+    def gather_full(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        """All-gather: every full parameter as a new tensor in ``dtype`` (a collective)."""
+        local = self.flat_shards(dtype)  # (T,) rank-local
+        rows = [torch.empty_like(local) for _ in range(self.world)]
+        all_gather(rows, local, group=self.group)
+        return shard.uncat(torch.stack(rows), self.shapes, self.world)  # (world, T) -> fulls
+
+    def gather(self) -> None:
+        """All-gather into the ``full`` parameters' storages (allocating them again)."""
+        fulls = self.gather_full(self.param_dtype)
+        if not self.full:
+            self.full = [
+                nn.Parameter(torch.empty(s, dtype=self.param_dtype), rg)
+                for s, rg in zip(self.shapes, self.requires_grad)
+            ]
+        with torch.no_grad():
+            for p, data in zip(self.full, fulls):
+                p.untyped_storage().resize_(p.numel() * p.element_size())
+                p.data.copy_(data)  # .data: a fresh version counter, saved tensors stay valid
+
+    def take_grads(self) -> list[torch.Tensor]:
+        """The full gradients of this backward, detached from the full parameters."""
+        grads = []
+        for p, rg in zip(self.full, self.requires_grad):
+            if rg:
+                if p.grad is not None and p.grad.layout != torch.strided:
+                    raise RuntimeError(
+                        f"fully_shard: {self.names[len(grads)]} got a {p.grad.layout} gradient "
+                        "but FSDP reduce-scatters dense gradients only — use sparse=False"
+                    )
+                grads.append(p.grad)
+                p.grad = None
+        return grads
+
+    def reduce(self, grads: list[torch.Tensor]) -> torch.Tensor:
+        """Reduce-scatter the gradients: this rank's ``(T_grad,)`` average, original dtype."""
+        reduce_dtype = self.mp.reduce_dtype or grads[0].dtype
+        pre, post, op = shard.divide_factors(self.world, reduce_dtype)
+        rows = shard.chunk_cat(grads, self.world, reduce_dtype)  # (world, T_grad)
+        if pre is not None and pre != 1:
+            rows.div_(pre)
+        mine = torch.empty(rows.shape[1], dtype=reduce_dtype)  # (T_grad,) rank-local
+        if self.world > 1:
+            reduce_scatter(mine, list(rows.unbind(0)), op=op, group=self.group)
+        else:
+            mine.copy_(rows[0])
+        if post is not None and post != 1:
+            mine.div_(post)
+        return mine.to(self.dtype)
+
+    def accumulate(self, flat: torch.Tensor) -> None:
+        """Add this rank's reduced ``(T_grad,)`` gradient into the shards' ``.grad``."""
+        offset = 0
+        for param, full_shape, rg in zip(self.sharded, self.shapes, self.requires_grad):
+            if not rg:
+                continue
+            rows = shard.shard_rows(full_shape[0], self.world)
+            width = rows * math.prod(full_shape[1:])
+            grad = flat[offset : offset + width].view(rows, *full_shape[1:])[: param.shape[0]]
+            offset += width
+            if param.grad is None:
+                param.grad = grad
+            else:
+                param.grad += grad

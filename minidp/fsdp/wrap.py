@@ -1,0 +1,178 @@
+"""``fully_shard(module)``: make ``module`` one FSDP unit, as FSDP2's ``fully_shard`` does.
+
+Call it on the submodules first (transformer blocks), then on the whole model::
+
+    for block in model.blocks:
+        minidp.fully_shard(block)
+    minidp.fully_shard(model)          # the root: everything the blocks do not own
+    opt = torch.optim.AdamW(model.parameters())   # AFTER wrapping: it steps the shards
+
+Each call takes the parameters under ``module`` that no earlier call took, keeps this
+rank's dim-0 chunk of each (``shard.py``) and puts the shard on the module in place of the
+parameter. Forward hooks do the rest (``root.py``): all-gather before the unit's forward,
+free after it (``reshard_after_forward``, not for the root), all-gather again when backward
+reaches the unit's output, reduce-scatter its gradients when they are complete.
+
+Like FSDP2, nothing is broadcast: every rank must build the model with the same initial
+weights (seed it). Checks, run on every rank, before anything is sharded: the module is
+not wrapped already, no sparse embeddings, and every rank wraps the same structure (an
+all-gather of a fingerprint of names, shapes and dtypes: a mismatch raises on every rank
+instead of pairing unrelated collectives later).
+
+Test: ``pytest tests/test_fsdp.py``
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+from torch import nn
+
+from minidp.comm import all_gather
+from minidp.comm import group as groups
+from minidp.fsdp.policy import MixedPrecisionPolicy, cast_inputs
+from minidp.fsdp.root import Root
+from minidp.fsdp.unit import FSDPUnit
+
+_ATTR = "_minidp_fsdp_unit"
+
+
+def unit_of(module: nn.Module) -> FSDPUnit | None:
+    """The FSDP unit ``fully_shard`` made of ``module``, or None."""
+    return module.__dict__.get(_ATTR)
+
+
+def fully_shard(
+    module: nn.Module,
+    *,
+    process_group=None,
+    reshard_after_forward: bool = True,
+    mp_policy: MixedPrecisionPolicy | None = None,
+) -> nn.Module:
+    """Shard ``module``'s parameters (those no inner ``fully_shard`` took) across the group."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"fully_shard: expected an nn.Module, got {type(module).__name__}")
+    if unit_of(module) is not None:
+        raise ValueError(
+            f"fully_shard: this {type(module).__name__} is wrapped already — call "
+            "fully_shard once per module (submodules first, then the root)"
+        )
+    names, params, locations = _owned_parameters(module)
+    _check_dense(module)
+    dtypes = {p.dtype for p in params}
+    if len(dtypes) > 1:
+        raise ValueError(
+            f"fully_shard: one unit gathers one flat buffer, so its parameters need one dtype; "
+            f"{type(module).__name__} has {sorted(map(str, dtypes))} — wrap them separately"
+        )
+    group = groups.resolve(process_group)
+    _check_same_structure(module, names, params, group)
+    unit = FSDPUnit(module, names, params, locations, group, reshard_after_forward, mp_policy)
+    module.__dict__[_ATTR] = unit
+    module.register_forward_pre_hook(_pre_forward, with_kwargs=True)
+    module.register_forward_hook(_post_forward)
+    return module
+
+
+def _owned_parameters(module: nn.Module):
+    """Parameters under ``module`` outside wrapped submodules: names, params, locations."""
+    names, params, locations, index = [], [], [], {}
+    stack = [("", module)]
+    while stack:
+        prefix, m = stack.pop(0)
+        for attr, p in m.named_parameters(recurse=False, remove_duplicate=False):
+            if id(p) not in index:
+                index[id(p)] = len(params)
+                names.append(prefix + attr)
+                params.append(p)
+                locations.append([])
+            locations[index[id(p)]].append((m, attr))
+        for child_name, child in m.named_children():
+            if unit_of(child) is None:
+                stack.append((f"{prefix}{child_name}.", child))
+            else:  # a parameter both here and in a wrapped child cannot belong to both
+                shared = [p for p in child.parameters() if id(p) in index]
+                if shared:
+                    raise ValueError(
+                        f"fully_shard: {prefix}{child_name} is wrapped already but shares a "
+                        "parameter with its parent's own parameters — wrap the parent only, "
+                        "or untie the weights"
+                    )
+    for i, p in enumerate(params):
+        if p.dim() == 0:
+            raise ValueError(
+                f"fully_shard: {names[i]} is a 0-dim parameter; FSDP shards dim 0 — "
+                "give it shape (1,)"
+            )
+    return names, params, locations
+
+
+def _check_dense(module: nn.Module) -> None:
+    for name, m in module.named_modules():
+        if getattr(m, "sparse", False) is True:
+            raise ValueError(
+                f"fully_shard: {name or type(m).__name__} ({type(m).__name__}) makes sparse "
+                "gradients, but FSDP reduce-scatters dense gradients — use sparse=False"
+            )
+
+
+def _check_same_structure(module, names, params, group) -> None:
+    """All-gather (crc32 of names/shapes/dtypes, #params, #elements); raise on a mismatch."""
+    text = ";".join(f"{n}:{tuple(p.shape)}:{p.dtype}" for n, p in zip(names, params))
+    numel = sum(p.numel() for p in params)
+    mine = torch.tensor([zlib.crc32(text.encode()), len(params), numel], dtype=torch.int64)
+    everyone = [torch.empty_like(mine) for _ in range(group.size())]
+    all_gather(everyone, mine, group=group)
+    if any(not torch.equal(e, everyone[0]) for e in everyone):
+        seen = ", ".join(
+            f"rank {r}: {int(e[1])} parameters, {int(e[2])} elements (fingerprint {int(e[0]):08x})"
+            for r, e in enumerate(everyone)
+        )
+        raise RuntimeError(
+            f"fully_shard: ranks wrap different structures at this call ({type(module).__name__}"
+            f" on rank {group.rank()}): {seen} — every rank must call fully_shard on the same "
+            "modules, in the same order, with the same parameter shapes"
+        )
+
+
+def _pre_forward(module, args, kwargs):
+    unit = unit_of(module)
+    if unit.root is None:  # the first forward of the outermost unit: it becomes the root
+        units = [u for m in module.modules() if (u := unit_of(m)) is not None]
+        for i, u in enumerate(units):
+            u.label = "root" if i == 0 else f"unit {i}"
+        Root(unit, units)
+    unit.root.pre_forward(unit)
+    if unit.mp.param_dtype is not None and unit.mp.cast_forward_inputs:
+        dtype = unit.mp.param_dtype
+        args, kwargs = cast_inputs(args, dtype), cast_inputs(kwargs, dtype)
+    return args, kwargs
+
+
+def _post_forward(module, args, output):
+    unit = unit_of(module)
+    unit.root.post_forward(unit)
+    if torch.is_grad_enabled():
+        fired = []
+
+        def pre_backward(grad):  # the first gradient to reach this unit's output
+            if not fired:
+                fired.append(True)
+                unit.root.pre_backward(unit)
+
+        for t in _tensors(output):
+            if t.requires_grad:
+                t.register_hook(pre_backward)
+    return output
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)

@@ -1,0 +1,141 @@
+"""minidp.fully_shard against FSDP2 (``torch.distributed.fsdp.fully_shard``), in real processes.
+
+Both wrap the same seeded transformer-like model (embedding tied to the output head,
+LayerNorms, linears; row counts 13, 10 and 30 so 2, 3 and 4 ranks all need padding) the
+same way — each block, then the root — and train it on the same per-rank data. After every
+step, per parameter: the full parameter, this rank's shard (FSDP2: ``to_local()``) and the
+shard's gradient.
+
+Where it is bit-exact and why: with 2 ranks each averaged gradient element is one
+addition and one halving, so any reduce-scatter gives the same bits — ``torch.equal``.
+From 3 ranks on, gloo's reduce-scatter (one all-reduce per output chunk, gloo's ring
+order) and minidp's ring reduce-scatter add the ranks' gradients in different orders:
+the gradients differ in the last bit, and AdamW's normalisation carries that into the
+weights at the size of one ulp of the update — see ``TOLERANCE``.
+
+FSDP2 needs gloo's reduce-scatter (torch >= 2.8): the comparisons skip on older torch;
+minidp's own code runs on every torch (the error tests below, the textbook test).
+
+Run: ``pytest tests/test_fsdp.py``
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+from test_fsdp_support import (
+    SCENARIOS,
+    Block,
+    TinyLM,
+    batches,
+    loss_fn,
+    round_trip,
+    run_scenario,
+)
+
+import minidp
+from minidp.launch import WorkerError, run_threads
+
+TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+needs_fsdp2 = pytest.mark.skipif(
+    TORCH < (2, 8),
+    reason=f"torch {torch.__version__}: ProcessGroupGloo does not support reduce_scatter "
+    "before 2.8, so FSDP2 cannot run on a CPU mesh",
+)
+
+
+@pytest.fixture(scope="module")
+def parity(process_world):
+    cache: dict[tuple, list] = {}
+
+    def get(world: int, name: str) -> list:
+        if (world, name) not in cache:
+            cache[world, name] = process_world(world).run(run_scenario, name)
+        return cache[world, name]
+
+    return get
+
+
+@needs_fsdp2
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_bit_identical_to_fsdp2_at_two_ranks(parity, name):
+    for rank, rows in enumerate(parity(2, name)):
+        diffs = [r for r in rows if r[3] != 0.0]
+        assert rows and diffs == [], f"rank {rank}: (step, param, what, max |diff|): {diffs[:5]}"
+
+
+# W=3: gloo's and minidp's summation orders happen to round alike on this model — equal.
+# W=4: a few gradient elements differ by one ulp of their dtype (the order of 4 addends);
+# the bounds are the largest differences measured, rounded up to a power of ten or two.
+TOLERANCE = {  # (world, scenario) -> {what: max |diff|}; missing: torch.equal
+    (4, "adamw"): {"grad": 1e-7, "full": 1e-7, "shard": 1e-7},
+    (4, "sgd_keep_gathered"): {"grad": 1e-7, "full": 1e-7, "shard": 1e-7},
+    # bf16 gradients one bf16 ulp apart (2**-10 at 0.25); AdamW turns that into 2e-5 of
+    # the fp32 master weights after 3 steps of lr 1e-2
+    (4, "bf16"): {"grad": 2**-9, "full": 5e-5, "shard": 5e-5},
+}
+
+
+@needs_fsdp2
+@pytest.mark.parametrize(
+    "world, name",
+    [(3, "adamw"), (4, "adamw")]
+    + [
+        pytest.param(w, n, marks=pytest.mark.slow)
+        for w in (3, 4)
+        for n in ("sgd_keep_gathered", "bf16")
+    ],
+)
+def test_matches_fsdp2_at_three_and_four_ranks(parity, world, name):
+    bounds = TOLERANCE.get((world, name), {})
+    for rank, rows in enumerate(parity(world, name)):
+        bad = [r for r in rows if r[3] > bounds.get(r[2], 0.0)]
+        assert rows and bad == [], f"rank {rank}: beyond {bounds or 'equality'}: {bad[:5]}"
+
+
+def test_state_dicts_round_trip(process_world):
+    """Sharded state_dict -> fresh model, full state dict -> fresh model: equal, same output."""
+    for rank, result in enumerate(process_world(2).run(round_trip)):
+        assert result == dict.fromkeys(result, True), f"rank {rank}: {result}"
+
+
+# ---- bad input: a clear error on every rank, never a hang ---------------------------------
+
+
+def _different_blocks(rank, world):
+    minidp.fully_shard(Block(10 if rank == 0 else 12))
+
+
+def test_ranks_wrapping_different_structures():
+    with pytest.raises(WorkerError, match=r"ranks wrap different structures.*rank 0: 6 param"):
+        run_threads(_different_blocks, 2, timeout=30)
+
+
+def _wrap_twice(rank, world):
+    block = minidp.fully_shard(Block(4))
+    minidp.fully_shard(block)
+
+
+def test_module_wrapped_twice():
+    with pytest.raises(WorkerError, match=r"this Block is wrapped already — call fully_shard once"):
+        run_threads(_wrap_twice, 1, timeout=30)
+
+
+def test_sparse_gradients_are_refused():
+    model = nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Linear(4, 2))
+    with pytest.raises(ValueError, match=r"0 \(Embedding\) makes sparse gradients.*sparse=False"):
+        minidp.fully_shard(model)
+
+
+def _unused_parameter(rank, world):
+    model = TinyLM()
+    model.extra = nn.Linear(2, 2)  # never used in forward
+    minidp.fully_shard(model)
+    for _ in range(2):
+        loss_fn(model, *batches(rank, 1)[0]).backward()
+
+
+def test_unused_parameter_is_named_at_the_next_forward():
+    with pytest.raises(WorkerError, match=r"without gradients for \['root.extra.weight', 'root.e"):
+        run_threads(_unused_parameter, 1, timeout=30)

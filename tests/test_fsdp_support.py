@@ -1,0 +1,156 @@
+"""Model and rank-side scenario code for the FSDP tests (no tests in here).
+
+Each scenario builds the same seeded transformer-like model three times in ONE rank
+process and trains it through FSDP2 (``torch.distributed.fsdp.fully_shard`` on a CPU device
+mesh, gloo) and through ``minidp.fully_shard`` with the same wrapping, policy, optimizer and
+per-rank data. After every step it records, per parameter, the largest difference of the
+full parameter, of this rank's shard (vs FSDP2's ``to_local()``) and of the shard's
+gradient. Functions here run in the rank processes of ``process_world`` (module-level).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import minidp
+from minidp.fsdp import full_state_dict, load_full_state_dict
+
+VOCAB, DIM, BLOCKS = 13, 10, 2  # 13 rows, 10 and 30 features: padding on 2, 3 and 4 ranks
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, 3 * dim)
+        self.fc2 = nn.Linear(3 * dim, dim)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(self.norm(x))))
+
+
+class TinyLM(nn.Module):
+    """Embedding, pre-norm MLP blocks, final norm, output head tied to the embedding."""
+
+    def __init__(self, vocab: int = VOCAB, dim: int = DIM, blocks: int = BLOCKS) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(Block(dim) for _ in range(blocks))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+SCENARIOS = {
+    # name: (optimizer, param_dtype, reshard_after_forward for the blocks, steps)
+    "adamw": ("adamw", None, True, 3),
+    "sgd_keep_gathered": ("sgd", None, False, 3),
+    "bf16": ("adamw", torch.bfloat16, True, 3),
+}
+
+
+def batches(rank: int, steps: int):
+    g = torch.Generator().manual_seed(100 + rank)  # every rank its own data
+    return [
+        (torch.randint(0, VOCAB, (4, 5), generator=g), torch.randint(0, VOCAB, (4, 5), generator=g))
+        for _ in range(steps)
+    ]
+
+
+def make_optimizer(kind: str, params):
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def loss_fn(model, tokens, target):
+    return F.cross_entropy(model(tokens).float().flatten(0, 1), target.flatten())
+
+
+def wrap(model, shard_fn, reshard, policy, **kw):
+    for block in model.blocks:
+        shard_fn(block, reshard_after_forward=reshard, mp_policy=policy, **kw)
+    shard_fn(model, mp_policy=policy, **kw)
+    return model
+
+
+def minidp_shards(model) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+    """{name: (this rank's shard, its grad)} — named like model.named_parameters()."""
+    return {n: (p.detach().clone(), p.grad) for n, p in model.named_parameters()}
+
+
+def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
+    """Train FSDP2 and minidp side by side; return (step, tensor, what, max |diff|) rows."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    opt_kind, dtype, reshard, steps = SCENARIOS[name]
+    torch.manual_seed(0)
+    theirs, ours = TinyLM(), TinyLM()
+    ours.load_state_dict(theirs.state_dict())
+    mesh = init_device_mesh("cpu", (world,))
+    wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(param_dtype=dtype), mesh=mesh)
+    wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(param_dtype=dtype))
+    opt_t = make_optimizer(opt_kind, theirs.parameters())
+    opt_m = make_optimizer(opt_kind, ours.parameters())
+    rows = []
+    for step, (tokens, target) in enumerate(batches(rank, steps)):
+        for model, opt in ((theirs, opt_t), (ours, opt_m)):
+            opt.zero_grad()
+            loss_fn(model, tokens, target).backward()
+            opt.step()
+        full = full_state_dict(ours)
+        shards = minidp_shards(ours)
+        for n, p in theirs.named_parameters():
+            rows.append((step, n, "full", _diff(full[n], p.full_tensor())))
+            mine, grad = shards[n]
+            rows.append((step, n, "shard", _diff(mine, p.to_local())))
+            rows.append((step, n, "grad", _diff(grad, p.grad.to_local())))
+    return rows
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return float("inf")
+    if torch.equal(a, b):
+        return 0.0
+    return (a.double() - b.double()).abs().max().item() or 1e-300  # signed zeros, NaNs
+
+
+def round_trip(rank: int, world: int) -> dict[str, bool]:
+    """Sharded state_dict into a fresh model; full state dict into a fresh model."""
+    torch.manual_seed(0)
+    model = wrap(TinyLM(), minidp.fully_shard, True, None)
+    opt = make_optimizer("adamw", model.parameters())
+    for tokens, target in batches(rank, 2):
+        opt.zero_grad()
+        loss_fn(model, tokens, target).backward()
+        opt.step()
+    torch.manual_seed(1)  # other initial weights: the loads must overwrite every shard
+    sharded = wrap(TinyLM(), minidp.fully_shard, True, None)
+    sharded.load_state_dict(model.state_dict())
+    torch.manual_seed(2)
+    from_full = wrap(TinyLM(), minidp.fully_shard, True, None)
+    load_full_state_dict(from_full, full_state_dict(model))
+    want = full_state_dict(model)
+    tokens = batches(rank, 1)[0][0]
+    with torch.no_grad():
+        out = model(tokens)
+        return {
+            "sharded_state_dict": _same(full_state_dict(sharded), want),
+            "full_state_dict": _same(full_state_dict(from_full), want),
+            "same_output": all(torch.equal(m(tokens), out) for m in (sharded, from_full)),
+            "keys": list(want) == [n for n, _ in model.named_parameters()],
+        }
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
