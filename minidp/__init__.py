@@ -37,8 +37,10 @@ __all__ = [
     "DataParallel",
     "DistributedDataParallel",
     "DistributedSampler",
+    "MixedPrecisionPolicy",
     "SyncBatchNorm",
     "ZeroRedundancyOptimizer",
     "comm",
+    "fully_shard",
     "launch",
 ]
