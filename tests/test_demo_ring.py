@@ -40,12 +40,57 @@ def test_uneven_and_small_worlds(world, numel):
 
 
 def test_cli_output_and_check(capsys):
-    assert ring.main(["--world-size", "4", "--numel", "12", "--color", "never"]) == 0
+    assert ring.main(["--world-size", "4", "--numel", "8", "--color", "never"]) == 0
     out = capsys.readouterr().out
-    assert "reduce-scatter, step 3 of 3" in out and "all-gather, step 3 of 3" in out
+    assert "reduce-scatter, step 3 of 3 (every rank r sends to rank r-1)" in out
+    assert "all-gather, step 3 of 3" in out
     assert "torch.equal: True on every rank" in out
     assert "\033[" not in out  # no colour when asked not to
-    assert "[1111 2222 3333]" in out
+    assert "[1111 2222]" in out  # chunk 0 summed over 4 ranks: one digit per rank
+
+
+@pytest.mark.parametrize("world,numel", [(4, 8), (4, 12), (3, 64), (6, 99), (7, 30)])
+def test_inputs_never_repeat_and_digit_groups_name_the_ranks(world, numel):
+    inputs = ring.readable_inputs(world, numel)
+    values = torch.cat(inputs)
+    assert len(values.unique()) == world * numel  # no chunk repeats another (--numel 12 did)
+    d = ring.digits_per_rank(world, numel)
+    if d:  # element i's total reads i+1 in every d-digit group: every rank contributed
+        total = sum(inputs).tolist()
+        assert [str(v) for v in total] == [
+            (str(i + 1).zfill(d) * world).lstrip("0") for i in range(numel)
+        ]
+
+
+def test_step_redraws_in_place_on_a_terminal():
+    import os
+    import pty
+
+    leader, follower = pty.openpty()  # a real terminal for stdout: --step clears and redraws
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "minidp", "demo", "ring", "--world-size", "2", "--numel", "2"]
+        + ["--step", "--color", "never"],
+        stdin=subprocess.PIPE,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    os.close(follower)
+    proc.stdin.write(b"\n" * 4)
+    proc.stdin.close()
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the demo exited: the terminal closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    out = b"".join(chunks).decode()
+    assert out.count(ring.CLEAR_SCREEN) == 2  # one redraw per step (2 steps on 2 ranks)
+    assert "torch.equal: True on every rank" in out
 
 
 def test_cli_colour_and_trace(tmp_path, capsys):

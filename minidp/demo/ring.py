@@ -1,6 +1,6 @@
 """Classroom demo: ring all-reduce, step by step, on real ranks.
 
-    python -m minidp demo ring --world-size 4 --numel 12
+    python -m minidp demo ring --world-size 4 --numel 8
     python -m minidp demo ring --step            # wait for Enter between steps
     python -m minidp demo ring --trace ring.json # also save a Chrome trace (Perfetto)
 
@@ -46,17 +46,26 @@ from minidp.demo.ring_run import (
     RingRun,
     Step,
     chunk_grid,
+    digits_per_rank,
 )
 from minidp.demo.ring_view import Style, render_intro, render_step, render_summary
 from minidp.launch import run_threads
 
+CLEAR_SCREEN = "\033[2J\033[H"  # ANSI: clear, cursor home
+
 
 def readable_inputs(world: int, numel: int) -> list[torch.Tensor]:
-    """Integer inputs whose sums show who contributed (see the module docstring)."""
+    """Integer inputs whose sums show who contributed (see the module docstring).
+
+    Element i of rank r is ``(i + 1) * 10**(d * r)``, ``d`` = the digits of ``numel``: every
+    element differs from every other (no chunk repeats another), and in any partial sum the
+    d-digit group r reads ``i + 1`` if rank r's piece is in it, else zeros.
+    """
     i = torch.arange(numel, dtype=torch.int64)
-    if world <= 6:
-        return [(i % 9 + 1) * 10**r for r in range(world)]
-    return [r * 100 + i + 1 for r in range(world)]  # too many ranks for digits: just distinct
+    d = digits_per_rank(world, numel)
+    if d:
+        return [(i + 1) * 10 ** (d * r) for r in range(world)]
+    return [r * 100 + i + 1 for r in range(world)]  # too many digits for int64: just distinct
 
 
 def _rank_main(rank: int, world: int, inputs: list[torch.Tensor], log: trace.MessageLog):
@@ -156,8 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         description="Ring all-reduce step by step on real ranks, checked against torch.",
     )
     parser.add_argument("--world-size", type=int, default=4, help="number of ranks (default 4)")
-    parser.add_argument("--numel", type=int, default=12, help="elements per tensor (default 12)")
-    parser.add_argument("--step", action="store_true", help="wait for Enter between steps")
+    parser.add_argument("--numel", type=int, default=8, help="elements per tensor (default 8)")
+    parser.add_argument(
+        "--step",
+        action="store_true",
+        help="wait for Enter between steps (on a terminal each step redraws the screen)",
+    )
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--trace", metavar="FILE", help="also save a Chrome trace JSON here")
     args = parser.parse_args(argv)
@@ -166,19 +179,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.numel < args.world_size:
         parser.error("--numel must be at least --world-size (one chunk per rank)")
     if args.numel > 64:
-        parser.error("--numel above 64 does not fit on a screen; try 12")
+        parser.error("--numel above 64 does not fit on a screen; try 8")
 
     style = Style(_use_color(args.color), _unicode_ok())
     run = record_ring(args.world_size, args.numel)
     out = print
     for line in render_intro(run, style):
         out(line)
+    # On a terminal, --step redraws each step in place; piped output just scrolls.
+    redraw = args.step and sys.stdout.isatty()
     for step in run.steps:
         if args.step:
             try:
                 input(style.dim("  (Enter: next step) "))
             except EOFError:
                 pass
+        if redraw:
+            out(CLEAR_SCREEN + render_intro(run, style)[0])
         out("")
         for line in render_step(run, step, style):
             out(line)

@@ -72,3 +72,9 @@ class RingRun:
 def chunk_grid(chunks: list[tuple[int, int]], values: list[torch.Tensor]):
     """Cut each rank's tensor into ``chunks``: ``[rank][chunk]`` views."""
     return [[v[lo:hi] for lo, hi in chunks] for v in values]
+
+
+def digits_per_rank(world: int, numel: int) -> int | None:
+    """Digits each rank gets in the readable inputs, or None when they would not fit int64."""
+    d = len(str(numel))
+    return d if world <= 6 and world * d <= 18 else None

@@ -5,7 +5,7 @@ here runs a rank.
 Colour through ANSI codes when asked, else ``*``/``=`` markers; ASCII arrows when stdout
 cannot print Unicode.
 
-    python -m minidp demo ring --world-size 4 --numel 12
+    python -m minidp demo ring --world-size 4 --numel 8
 
 Test: ``pytest tests/test_demo_ring.py``
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from minidp.demo.ring_run import REDUCE_SCATTER, RingRun, Step
+from minidp.demo.ring_run import REDUCE_SCATTER, RingRun, Step, digits_per_rank
 
 
 class Style:
@@ -91,7 +91,8 @@ def render_step(run: RingRun, step: Step, style: Style) -> list[str]:
     """Lines for one step: every message sent, then the rank x chunk table after it."""
 
     total = run.world - 1
-    title = f"{step.phase}, step {step.index + 1} of {total}"
+    to = "r+1" if run.direction == 1 else "r-1"
+    title = f"{step.phase}, step {step.index + 1} of {total} (every rank r sends to rank {to})"
     if step.phase == REDUCE_SCATTER:
         what = "each rank sends one partial sum to its neighbour, which adds its own piece to it"
     else:
@@ -128,10 +129,17 @@ def render_intro(run: RingRun, style: Style) -> list[str]:
         f"  the tensor is cut into {run.world} chunks (one per rank); "
         f"{run.world - 1} reduce-scatter steps, then {run.world - 1} all-gather steps",
     ]
-    if run.world <= 6:
+    d = digits_per_rank(run.world, run.numel)
+    if d == 1:
         lines.append(
             f"  rank r holds multiples of 10^r: in every sum, digit r (from the right) "
             f"shows whether rank r's piece is in it  (S = {nbytes} bytes per rank)"
+        )
+    elif d:
+        lines.append(
+            f"  rank r holds multiples of 10^({d}r): in every sum, the {d}-digit group r (from "
+            f"the right) is the element's number if rank r's piece is in it, else 0s  "
+            f"(S = {nbytes} bytes per rank)"
         )
     legend = (
         f"{style.moved('[..]')} arrived this step   {style.done('[..]')} holds the final sum   "
