@@ -132,3 +132,52 @@ def zero1_parity(rank: int, world: int, optimizers: list[str], steps: int = 4) -
             "n_state": None if sd is None else len(sd["state"]),
         }
     return out
+
+
+def max_diff(a, b) -> float:
+    """Largest |difference| over all parameters (0.0: every parameter ``torch.equal``)."""
+    worst = 0.0
+    for p, q in zip(a.parameters(), b.parameters()):
+        if not torch.equal(p, q):
+            worst = max(worst, float((p - q).detach().abs().max()), 1e-45)
+    return worst
+
+
+def zero2_parity(rank: int, world: int, optimizers: list[str], steps: int = 4) -> dict:
+    """minidp ZeRO-2 (bucketed, small buckets) and both textbook versions vs torch ZeRO + DDP.
+
+    Returns per optimizer and variant the max |diff| after every step (0.0 = torch.equal).
+    """
+    from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZero
+
+    from minidp.zero import Zero2Optimizer
+    from minidp.zero.textbook import TextbookZero1, TextbookZero2
+
+    out = {}
+    for name in optimizers:
+        cls, kw = OPTIMIZERS[name]
+        torch.manual_seed(rank)  # ranks start different: rank 0's weights must win
+        base = TinyLM()
+        ref = nn.parallel.DistributedDataParallel(copy.deepcopy(base))
+        topt = TorchZero(ref.parameters(), cls, **kw)
+        ours = copy.deepcopy(base)
+        variants = {
+            "zero2": (ours, Zero2Optimizer(ours.parameters(), cls, bucket_cap_mb=0.0005, **kw))
+        }
+        for key, textbook in (("textbook1", TextbookZero1), ("textbook2", TextbookZero2)):
+            model = copy.deepcopy(ref.module)  # already rank 0's weights
+            variants[key] = (model, textbook(model.parameters(), cls, **kw))
+        result = {key: [] for key in variants}
+        result["buckets"] = len(variants["zero2"][1].buckets)
+        for step in range(steps):
+            x, y = batch(rank, step)
+            topt.zero_grad()
+            loss_of(ref, x, y).backward()
+            topt.step()
+            for key, (model, opt) in variants.items():
+                opt.zero_grad()
+                loss_of(model, x, y).backward()
+                opt.step()
+                result[key].append(max_diff(model, ref.module))
+        out[name] = result
+    return out
