@@ -12,7 +12,9 @@ which replica, the gathered output; then the backward pass, with every replica's
 gradient and their sum landing on the main device. Devices are simulated: ``"cpu"``
 repeated, one thread each (on a GPU machine, ``--gpus`` uses the real ones).
 
-It ends with the parity checks: the step equals the per-chunk definition of DP
+Then the optimizer step on the main device's model, and the next step's ``replicate``
+copying the *updated* weights to every device again (DP's per-step cost). It ends with
+the parity checks: the step equals the per-chunk definition of DP
 (``torch.equal`` on outputs and gradients), and it is close to ``torch.nn.DataParallel``
 (on a CPU-only machine that is the plain module on the full batch, which rounds
 differently, so the check there is ``assert_close`` and the max difference is printed).
@@ -26,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
+import operator
 import os
 import sys
 import threading
@@ -69,38 +73,39 @@ def make_model_and_data(batch: int, seed: int = 0):
     return model, torch.randn(batch, 6, generator=g), torch.randn(batch, 3, generator=g)
 
 
-def run_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, devices: list, p: Paint):
-    """One DP step through the four functions, printing each stage; returns (out, grads)."""
+@dataclasses.dataclass
+class StepRecord:
+    """What one DP step produced, stage by stage (recorded first, printed afterwards)."""
+
+    labels: list[str]  # one per device, "(main)" on device 0
+    rows: list[tuple[int, int, str]]  # per used device: first row, last row, chunk shape
+    replicas: list[tuple[str, bool, str]]  # per replica: 0.weight shape, shares storage?, grad_fn
+    elements: int  # parameter elements copied per other device
+    tensors: int  # parameter tensors per replica
+    threads: list[str]  # the thread that ran each replica
+    outputs: list[torch.Tensor]  # per replica
+    out: torch.Tensor  # gathered on the main device
+    loss: float
+    replica_grads: list[torch.Tensor]  # d loss / d replica[i][0].weight
+    grads: list[torch.Tensor]  # the model's .grad after backward
+
+
+def record_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, devices: list) -> StepRecord:
+    """One DP step through the four functions (what DataParallel.forward chains) + backward."""
     n = len(devices)
-    label = lambda i: slot_label(devices, i) + (" (main)" if i == 0 else "")  # noqa: E731
-    width = max(len(label(i)) for i in range(n))
-
-    print(p.head(f"1. scatter: x {shape(x)} -> x.chunk({n}, dim=0), one chunk per device"))
-    inputs, kwargs = scatter_kwargs((x,), {}, devices)
-    start = 0
-    for i, (chunk,) in enumerate(inputs):
-        rows = f"rows {start}..{start + len(chunk) - 1}"
-        print(f"   {label(i):<{width}}  x[{rows}]  {shape(chunk)}")
-        start += len(chunk)
+    labels = [slot_label(devices, i) + (" (main)" if i == 0 else "") for i in range(n)]
+    inputs, kwargs = scatter_kwargs((x,), {}, devices)  # ((chunk,), ...) one per used device
     used = devices[: len(inputs)]
-    if len(used) < n:
-        print(p.dim(f"   chunk rounds up: only {len(used)} of {n} devices get rows"))
-
-    print()
-    print(p.head(f"2. replicate: the model -> {len(used)} replicas (a new set every step)"))
-    replicas = replicate(model, used)
+    starts = [0]
+    for (chunk,) in inputs:
+        starts.append(starts[-1] + len(chunk))
+    rows = [(starts[i], starts[i + 1] - 1, shape(c)) for i, (c,) in enumerate(inputs)]
+    replicas = replicate(model, used)  # a new set every step: replica 0 IS the model
     w = model[0].weight
-    for i, r in enumerate(replicas):
-        rw = r[0].weight
-        how = "shares the model's storage" if rw.data_ptr() == w.data_ptr() else "a copy"
-        kind = type(rw.grad_fn).__name__
-        print(f"   {label(i):<{width}}  0.weight {shape(rw)}: {how}, grad_fn={kind}")
-    count = sum(t.numel() for t in model.parameters())
-    others = len(used) - 1
-    print(p.dim(f"   {count} parameters copied to {others} other device(s); buffers detached"))
-
-    print()
-    print(p.head("3. parallel_apply: one thread per replica, replica i on chunk i"))
+    kinds = [
+        (shape(r[0].weight), r[0].weight.data_ptr() == w.data_ptr(), type(r[0].weight.grad_fn))
+        for r in replicas
+    ]
     threads: dict[int, str] = {}
 
     def tagged(i: int):
@@ -111,28 +116,109 @@ def run_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, devices: list, 
         return call
 
     outputs = parallel_apply([tagged(i) for i in range(len(used))], inputs, kwargs, used)
-    for i, o in enumerate(outputs):
-        print(f"   {label(i):<{width}}  {threads[i]:<12} out {shape(o)}  out[0] = {_row(o)}")
-
-    print()
-    print(p.head(f"4. gather: outputs -> torch.cat(dim=0) on {devices[0]} (main)"))
     out = gather(outputs, devices[0])
-    print(f"   out {shape(out)}  = the model's output for the whole batch")
-
-    print()
-    print(p.head("5. backward: loss = mse(out, y); loss.backward()"))
     seen: dict[int, torch.Tensor] = {}
     for i, r in enumerate(replicas):
         r[0].weight.register_hook(lambda g, i=i: seen.__setitem__(i, g))
     loss = nn.functional.mse_loss(out, y)
     loss.backward()
-    print(f"   loss = {loss.item():.6f}; gather's backward cuts d loss/d out back into chunks")
-    for i in range(len(used)):
-        print(f"   {label(i):<{width}}  d loss/d 0.weight {shape(seen[i])}  sum={_num(seen[i])}")
-    terms = " + ".join(f"g{i}" for i in range(len(used)))
-    print(f"   Broadcast backward on the main device: {terms} (in device order)")
-    print(f"   -> model[0].weight.grad sum={_num(w.grad)}  (the one real model gets it)")
-    return out, [prm.grad.clone() for prm in model.parameters()]
+    return StepRecord(
+        labels=labels,
+        rows=rows,
+        replicas=[(s, shares, kind.__name__) for s, shares, kind in kinds],
+        elements=sum(t.numel() for t in model.parameters()),
+        tensors=len(list(model.parameters())),
+        threads=[threads[i] for i in range(len(used))],
+        outputs=outputs,
+        out=out,
+        loss=loss.item(),
+        replica_grads=[seen[i] for i in range(len(used))],
+        grads=[prm.grad.clone() for prm in model.parameters()],
+    )
+
+
+def render_step(rec: StepRecord, x: torch.Tensor, p: Paint) -> list[str]:
+    """The recorded step as lines, stage by stage."""
+    n, used = len(rec.labels), len(rec.rows)
+    width = max(len(label) for label in rec.labels)
+    lab = [f"{label:<{width}}" for label in rec.labels]
+    lines = [p.head(f"1. scatter: x {shape(x)} -> x.chunk({n}, dim=0), one chunk per device")]
+    lines += [f"   {lab[i]}  x[rows {a}..{b}]  {s}" for i, (a, b, s) in enumerate(rec.rows)]
+    if used < n:
+        lines.append(p.dim(f"   chunk rounds up: only {used} of {n} devices get rows"))
+    lines += ["", p.head(f"2. replicate: the model -> {used} replicas (a new set every step)")]
+    for i, (s, shares, kind) in enumerate(rec.replicas):
+        how = "shares the model's storage" if shares else "a copy"
+        lines.append(f"   {lab[i]}  0.weight {s}: {how}, grad_fn={kind}")
+    lines.append(
+        p.dim(
+            f"   {rec.elements} parameter elements ({rec.tensors} tensors) copied to "
+            f"{used - 1} other device(s); buffers detached"
+        )
+    )
+    lines += ["", p.head("3. parallel_apply: one thread per replica, replica i on chunk i")]
+    for i, o in enumerate(rec.outputs):
+        lines.append(f"   {lab[i]}  {rec.threads[i]:<12} out {shape(o)}  out[0] = {_row(o)}")
+    lines += ["", p.head("4. gather: outputs -> torch.cat(dim=0) on the main device")]
+    lines.append(f"   out {shape(rec.out)}  = the model's output for the whole batch")
+    lines += ["", p.head("5. backward: loss = mse(out, y); loss.backward()")]
+    lines.append(f"   loss = {rec.loss:.6f}; gather's backward cuts d loss/d out back into chunks")
+    for i, g in enumerate(rec.replica_grads):
+        lines.append(f"   {lab[i]}  d loss/d 0.weight {shape(g)}  sum={_num(g)}")
+    terms = " + ".join(f"g{i}" for i in range(used))
+    lines.append(f"   Broadcast backward on the main device: {terms} (in device order)")
+    lines.append(
+        f"   -> model[0].weight.grad sum={_num(rec.grads[0])}  (the one real model gets it)"
+    )
+    return lines
+
+
+@dataclasses.dataclass
+class UpdateRecord:
+    """The optimizer step on the main device, and the next step's fresh replicas."""
+
+    lr: float
+    before: float  # model[0].weight[0, 0] before the step
+    after: float  # ... after it
+    replicas_after: list[float]  # replica i's 0.weight[0, 0] at the next step's replicate
+    fresh: bool  # every new replica holds the updated weights (torch.equal)
+
+
+def record_update(model: nn.Module, devices: list, used: int, lr: float = 0.1) -> UpdateRecord:
+    """SGD on the one real model, then replicate again as the next step would."""
+    before = model[0].weight[0, 0].item()
+    torch.optim.SGD(model.parameters(), lr=lr).step()
+    replicas = replicate(model, devices[:used])  # the next step copies the NEW weights
+    # replicas hold plain tensors (not Parameters): look each one up by its name
+    fresh = all(
+        torch.equal(operator.attrgetter(name)(r), prm)
+        for r in replicas
+        for name, prm in model.named_parameters()
+    )
+    return UpdateRecord(
+        lr=lr,
+        before=before,
+        after=model[0].weight[0, 0].item(),
+        replicas_after=[r[0].weight[0, 0].item() for r in replicas],
+        fresh=fresh,
+    )
+
+
+def render_update(rec: UpdateRecord, labels: list[str], p: Paint) -> list[str]:
+    width = max(len(label) for label in labels)
+    lines = [p.head(f"6. optimizer step: SGD(lr={rec.lr}) on the main device's model only")]
+    lines.append(
+        f"   model[0].weight[0, 0]: {rec.before:+.6f} -> {rec.after:+.6f}  (w -= lr * grad; "
+        "the replicas are gone, nothing else to update)"
+    )
+    lines += ["", p.head("7. next step: replicate again, from the updated model")]
+    for i, v in enumerate(rec.replicas_after):
+        lines.append(f"   {labels[i]:<{width}}  0.weight[0, 0] = {v:+.6f}")
+    lines.append(
+        f"   every replica holds the updated weights: {p.verdict(rec.fresh, str(rec.fresh))}"
+        " — DP pays this copy every step; DDP's ranks keep their own replica and step it"
+    )
+    return lines
 
 
 def _describe(m: nn.Module) -> str:
@@ -152,7 +238,7 @@ def _num(t: torch.Tensor) -> str:
 def parity(model0: nn.Module, x, y, n: int, out, grads, p: Paint) -> bool:
     """Compare the step with the per-chunk definition and with torch.nn.DataParallel."""
     print()
-    print(p.head("6. parity checks"))
+    print(p.head("8. parity checks (the step above, before the optimizer step)"))
     # (a) the definition: each chunk on the plain model, outputs concatenated, grads summed
     ref = copy.deepcopy(model0)
     outs = [ref(c) for c in x.chunk(n)]
@@ -228,11 +314,15 @@ def main(argv: list[str] | None = None) -> int:
     print(p.dim(f"model {layers} lives on {devices[0]} (the main device)"))
     print()
 
-    out, grads = run_step(model, x, y, devices, p)
-    ok = parity(model0, x, y, len(devices), out, grads, p)
+    step = record_step(model, x, y, devices)
+    print("\n".join(render_step(step, x, p)))
+    print()
+    update = record_update(model, devices, len(step.rows))
+    print("\n".join(render_update(update, step.labels, p)))
+    ok = parity(model0, x, y, len(devices), step.out, step.grads, p) and update.fresh
 
     print()
-    print(p.head("7. where the bytes are (one step, counted per device)"))
+    print(p.head("9. where the bytes are (one step, counted per device)"))
     report = memory_report(
         DataParallel(copy.deepcopy(model0), devices),
         x,
