@@ -1,0 +1,83 @@
+"""The ``minidp`` command: classroom demos, benchmarks and diagrams.
+
+    python -m minidp --help
+    python -m minidp demo --help                 # the demos and their options
+    python -m minidp demo ring --world-size 4 --numel 8
+    python -m minidp bench allreduce
+    python -m minidp diagrams --out diagrams
+
+Each ``demo X`` / ``bench X`` lives in ``minidp/demo/X.py`` / ``minidp/bench/X.py`` as a
+``main(argv)`` function with its own ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+DEMOS = {
+    "ring": "ring all-reduce step by step: chunks moving and summing round the ring",
+    "dp": "one DataParallel step: scatter, replicate, parallel_apply, gather, backward",
+    "ddp": "one DistributedDataParallel step: hooks, buckets launching during backward",
+}
+BENCHES = {
+    "allreduce": "minidp ring vs naive vs gloo all-reduce: time, algbw, busbw, ratio",
+    "dp": "minidp DataParallel vs torch.nn.DataParallel vs one device: step time, bytes",
+    "ddp": "minidp DDP vs torch DDP (overlap, no overlap, naive) and a bucket-size sweep",
+    "faults": "inject faults and bad inputs in fresh worlds: time to a clear error, leaks",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="minidp",
+        description="Data parallelism from scratch, checked against PyTorch.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="demos:\n"
+        + "".join(f"  demo {k:<10} {v}\n" for k, v in DEMOS.items())
+        + "benchmarks:\n"
+        + "".join(f"  bench {k:<9} {v}\n" for k, v in BENCHES.items())
+        + "\n'minidp demo ring --help' shows a command's own options.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{demo,bench,exercise,diagrams}")
+    for name, table, text in (
+        ("demo", DEMOS, "run a classroom demo"),
+        ("bench", BENCHES, "run a benchmark"),
+    ):
+        # add_help=False: "minidp demo ring --help" must reach the demo's own parser
+        p = sub.add_parser(name, help=text, description=text, add_help=False)
+        p.add_argument(
+            "which", choices=sorted(table), help=", ".join(f"{k}: {v}" for k, v in table.items())
+        )
+    # add_help=False: "minidp exercise check --help" must reach the exercise parser
+    sub.add_parser("exercise", help="list and check exercises", add_help=False)
+    sub.add_parser(
+        "diagrams",
+        help="regenerate the pictures in diagrams/ from real traced runs",
+        add_help=False,
+    )
+    if argv[:1] in (["demo"], ["bench"]) and (len(argv) == 1 or argv[1].startswith("-")):
+        parser.print_help()  # "minidp demo --help": list the demos rather than fail
+        if argv[0] == "demo":  # and each demo's own options: a class picks one at a glance
+            for which in DEMOS:
+                print(f"\n{'=' * 20} minidp demo {which} {'=' * 20}")
+                try:
+                    importlib.import_module(f"minidp.demo.{which}").main(["--help"])
+                except SystemExit:  # argparse's --help exits after printing
+                    pass
+        return 0
+    args, rest = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    if args.command in ("diagrams", "exercise"):
+        module = importlib.import_module(f"minidp.{args.command}")
+    else:
+        module = importlib.import_module(f"minidp.{args.command}.{args.which}")
+    return module.main(rest) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
