@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         + "".join(f"  bench {k:<9} {v}\n" for k, v in BENCHES.items())
         + "\n'minidp demo ring --help' shows a command's own options.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{demo,bench,exercise,diagrams}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,bench,exercise,memory,diagrams}")
     for name, table, text in (
         ("demo", DEMOS, "run a classroom demo"),
         ("bench", BENCHES, "run a benchmark"),
@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     # add_help=False: "minidp exercise check --help" must reach the exercise parser
     sub.add_parser("exercise", help="list and check exercises", add_help=False)
+    # add_help=False: "minidp memory --help" must reach the planner's own parser
+    sub.add_parser(
+        "memory", help="plan: model-state bytes per GPU for DDP, ZeRO-1/2, FSDP", add_help=False
+    )
     sub.add_parser(
         "diagrams",
         help="regenerate the pictures in diagrams/ from real traced runs",
@@ -74,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command in ("diagrams", "exercise"):
         module = importlib.import_module(f"minidp.{args.command}")
+    elif args.command == "memory":
+        module = importlib.import_module("minidp.zero.plan")
     else:
         module = importlib.import_module(f"minidp.{args.command}.{args.which}")
     return module.main(rest) or 0
