@@ -15,7 +15,8 @@ State of a unit's parameters, all rank-local:
 The two collectives run on the root's communication thread (``minidp.ddp.comm_thread``),
 one after another in the order they were submitted, so every rank runs the same sequence:
 ``gather`` (all-gather of the flat ``(T,)`` shards into ``(world, T)``) and ``reduce``
-(reduce-scatter of the ``(world, T)`` padded gradients into this rank's ``(T,)``).
+(reduce-scatter of the ``(world, T)`` padded gradients into this rank's ``(T,)``, in the
+order gloo's reduce-scatter adds them: ``reduce.py``).
 
 Test: ``pytest tests/test_fsdp.py``
 """
@@ -27,9 +28,10 @@ import math
 import torch
 from torch import nn
 
-from minidp.comm import all_gather, reduce_scatter
+from minidp.comm import all_gather
 from minidp.fsdp import shard
 from minidp.fsdp.policy import MixedPrecisionPolicy
+from minidp.fsdp.reduce import gloo_reduce_scatter
 
 
 class FSDPUnit:
@@ -125,11 +127,9 @@ class FSDPUnit:
         rows = shard.chunk_cat(grads, self.world, reduce_dtype)  # (world, T_grad)
         if pre is not None and pre != 1:
             rows.div_(pre)
-        mine = torch.empty(rows.shape[1], dtype=reduce_dtype)  # (T_grad,) rank-local
-        if self.world > 1:
-            reduce_scatter(mine, list(rows.unbind(0)), op=op, group=self.group)
-        else:
-            mine.copy_(rows[0])
+        # gloo's bits (minidp.comm.reduce_scatter would round a few elements differently
+        # from 3 ranks on: it adds in another order — see reduce.py)
+        mine = gloo_reduce_scatter(rows.view(-1), op, self.group)  # (T_grad,) rank-local
         if post is not None and post != 1:
             mine.div_(post)
         return mine.to(self.dtype)
