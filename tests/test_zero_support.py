@@ -41,8 +41,12 @@ def batch(rank: int, step: int, n: int = 6, seq: int = 5) -> tuple[torch.Tensor,
     return x, torch.randint(0, VOCAB, (n, seq), generator=g)
 
 
+def lm_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+
+
 def loss_of(model, x, y) -> torch.Tensor:
-    return nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    return lm_loss(model(x), y)
 
 
 OPTIMIZERS = {
@@ -181,3 +185,30 @@ def zero2_parity(rank: int, world: int, optimizers: list[str], steps: int = 4) -
                 result[key].append(max_diff(model, ref.module))
         out[name] = result
     return out
+
+
+def memory_by_stage(rank: int, world: int, base: nn.Module, stages: list[str]) -> dict:
+    """Each stage's measured model states and bytes sent per step, on this rank."""
+    from minidp.zero.stages import step_and_measure, step_traffic
+
+    x, y = batch(rank, 0)
+    out = {}
+    for stage in stages:
+        usage = step_and_measure(stage, base, x, y, lm_loss, torch.optim.AdamW, lr=1e-2)
+        sent = step_traffic(stage, base, x, y, lm_loss, torch.optim.AdamW, lr=1e-2)
+        out[stage] = (usage.params, usage.grads, usage.optimizer, sent)
+    return out
+
+
+class Wide(nn.Module):
+    """An MLP big enough (~25k parameters) that message headers are noise in traffic counts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 64)
+        self.fc1 = nn.Linear(64, 150)
+        self.fc2 = nn.Linear(150, 64)
+        self.head = nn.Linear(64, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.fc2(torch.relu(self.fc1(self.emb(tokens)))))

@@ -210,6 +210,10 @@ class Zero2Optimizer:
         for piece in (piece for b in self.buckets for piece in b.pieces):
             piece.shard.grad = None
 
+    def gradient_shards(self) -> list[torch.Tensor]:
+        """This rank's summed gradient rows, one flat buffer per bucket (padding included)."""
+        return [b.shard_grad for b in self.buckets]
+
     @property
     def param_groups(self) -> list[dict]:
         return self.optim.param_groups

@@ -1,0 +1,205 @@
+"""Plan before you buy: model-state bytes per GPU for DDP, ZeRO-1, ZeRO-2 and FSDP (ZeRO-3).
+
+    python -m minidp memory --model qwen2.5-14b --gpus 2 --gpu-gib 80
+    python -m minidp memory --params 14.7e9 --gpus 8 --gpu-gib 80 --precision bf16-mixed
+
+The formulas are the ZeRO paper's (Rajbhandari et al., 2020, table 1): with ``Ψ``
+parameters on ``N`` GPUs, ``p``/``g`` bytes per weight/gradient element and ``K`` bytes of
+optimizer state per parameter,
+
+    DDP (2+2+K)Ψ,  ZeRO-1 2Ψ + 2Ψ + KΨ/N,  ZeRO-2 2Ψ + (2+K)Ψ/N,  ZeRO-3 (2+2+K)Ψ/N
+
+(written with ``p = g = 2`` there). Frozen parameters (``--trainable`` < 1) keep their
+weights but need no gradient and no optimizer state. Activations, temporary buffers,
+the CUDA context and fragmentation are *extra*: give ``--activations-gib`` to include a
+measured or estimated figure, otherwise "fits" means "the model states fit".
+
+The numbers here are checked against the real tensors by ``memory.py``
+(``tests/test_memory.py``).
+
+Test: ``pytest tests/test_memory.py -k plan``
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+GIB = 1024**3
+STAGES = ("ddp", "zero1", "zero2", "fsdp")
+STAGE_NAMES = {
+    "ddp": "DDP (replicated)",
+    "zero1": "ZeRO-1",
+    "zero2": "ZeRO-2",
+    "fsdp": "FSDP / ZeRO-3",
+}
+# bytes per element of (weights, gradients) and the optimizer state's bytes per parameter
+# excluding a master copy, per element of the moments' dtype: Adam keeps two, SGD with
+# momentum one, plain SGD none.
+MOMENTS = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0}
+PRECISIONS = {
+    # name: (weight bytes, grad bytes, fp32 master copy bytes, moment bytes)
+    "fp32": (4, 4, 0, 4),
+    "bf16-mixed": (2, 2, 4, 4),  # the ZeRO paper's mixed precision: fp32 master + moments
+    "bf16": (2, 2, 0, 2),  # pure bf16: no master copy, bf16 moments
+}
+# Published total parameter counts (model cards), embeddings included.
+MODELS = {
+    "gpt2": 124.4e6,
+    "qwen2.5-0.5b": 0.49e9,
+    "qwen2.5-1.5b": 1.54e9,
+    "qwen2.5-7b": 7.61e9,
+    "qwen2.5-14b": 14.7e9,
+    "qwen2.5-32b": 32.5e9,
+    "qwen2.5-72b": 72.7e9,
+    "llama-3-8b": 8.03e9,
+    "llama-3-70b": 70.6e9,
+}
+
+
+def optimizer_k(optimizer: str, precision: str) -> int:
+    """``K``: optimizer-state bytes per trainable parameter (master copy + moments)."""
+    _, _, master, moment = PRECISIONS[precision]
+    return master + MOMENTS[optimizer] * moment
+
+
+def stage_bytes(
+    stage: str,
+    params: float,
+    gpus: int,
+    param_bytes: float,
+    grad_bytes: float,
+    k: float,
+    trainable: float = 1.0,
+) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer state) bytes on one GPU for ``stage``."""
+    n = gpus
+    weights = param_bytes * params
+    grads = grad_bytes * params * trainable
+    state = k * params * trainable
+    if stage == "ddp":
+        return weights, grads, state
+    if stage == "zero1":
+        return weights, grads, state / n
+    if stage == "zero2":
+        return weights, grads / n, state / n
+    if stage == "fsdp":
+        return weights / n, grads / n, state / n
+    raise ValueError(f"expected a stage in {list(STAGES)}, got {stage!r}")
+
+
+@dataclasses.dataclass
+class Row:
+    stage: str
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    gpu_bytes: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.gpu_bytes
+
+
+def plan(
+    params: float,
+    gpus: int,
+    gpu_gib: float,
+    optimizer: str = "adamw",
+    precision: str = "bf16-mixed",
+    trainable: float = 1.0,
+    activations_gib: float = 0.0,
+) -> list[Row]:
+    """One :class:`Row` per stage: bytes per GPU and whether it fits in ``gpu_gib``."""
+    _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_gib)
+    p, g, _, _ = PRECISIONS[precision]
+    k = optimizer_k(optimizer, precision)
+    return [
+        Row(
+            s,
+            *stage_bytes(s, params, gpus, p, g, k, trainable),
+            activations_gib * GIB,
+            gpu_gib * GIB,
+        )
+        for s in STAGES
+    ]
+
+
+def _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_gib) -> None:
+    if not params > 0:
+        raise ValueError(f"plan: expected a positive parameter count, got {params!r}")
+    if not (isinstance(gpus, int) and gpus >= 1):
+        raise ValueError(f"plan: expected gpus to be an integer >= 1, got {gpus!r}")
+    if not gpu_gib > 0 or activations_gib < 0:
+        raise ValueError(
+            f"plan: expected gpu_gib > 0 and activations_gib >= 0, got {gpu_gib!r} and "
+            f"{activations_gib!r}"
+        )
+    if optimizer not in MOMENTS:
+        raise ValueError(f"plan: expected an optimizer in {sorted(MOMENTS)}, got {optimizer!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"plan: expected a precision in {sorted(PRECISIONS)}, got {precision!r}")
+    if not 0 <= trainable <= 1:
+        raise ValueError(f"plan: expected trainable to be a fraction in [0, 1], got {trainable!r}")
+
+
+def format_plan(rows: list[Row], params: float, gpus: int, label: str, extra: str) -> str:
+    """The planner's table as text (GiB per GPU)."""
+    out = [
+        f"{label}: {params / 1e9:.3g} B parameters on {gpus} GPU(s) of "
+        f"{rows[0].gpu_bytes / GIB:g} GiB — model states per GPU, GiB ({extra})",
+        f"{'stage':<18}{'weights':>9}{'grads':>9}{'optimizer':>11}{'activ.':>8}{'total':>9}  fits?",
+    ]
+    for r in rows:
+        out.append(
+            f"{STAGE_NAMES[r.stage]:<18}{r.weights / GIB:>9.1f}{r.grads / GIB:>9.1f}"
+            f"{r.optimizer / GIB:>11.1f}{r.activations / GIB:>8.1f}{r.total / GIB:>9.1f}  "
+            + ("yes" if r.fits else "NO")
+        )
+    if rows[0].activations == 0:
+        out.append("Activations are extra (not included): pass --activations-gib to add them.")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="minidp memory",
+        description="Model-state memory per GPU for DDP, ZeRO-1, ZeRO-2 and FSDP (ZeRO paper).",
+    )
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--params", type=float, help="number of parameters, e.g. 14.7e9")
+    what.add_argument("--model", choices=sorted(MODELS), help="a preset (published counts)")
+    parser.add_argument("--gpus", type=int, default=1, help="data-parallel GPUs (default 1)")
+    parser.add_argument("--gpu-gib", type=float, default=80.0, help="memory per GPU (default 80)")
+    parser.add_argument("--optimizer", choices=sorted(MOMENTS), default="adamw")
+    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16-mixed")
+    parser.add_argument(
+        "--trainable", type=float, default=1.0, help="fraction of parameters trained (0: frozen)"
+    )
+    parser.add_argument("--activations-gib", type=float, default=0.0, help="per GPU, if known")
+    args = parser.parse_args(argv)
+    params = MODELS[args.model] if args.model else args.params
+    try:
+        rows = plan(
+            params,
+            args.gpus,
+            args.gpu_gib,
+            args.optimizer,
+            args.precision,
+            args.trainable,
+            args.activations_gib,
+        )
+    except ValueError as e:
+        parser.error(str(e))
+    p, g, _, _ = PRECISIONS[args.precision]
+    k = optimizer_k(args.optimizer, args.precision)
+    extra = f"{args.precision}, {args.optimizer}: {p}+{g}+{k} bytes/param"
+    if args.trainable < 1:
+        extra += f", {args.trainable:g} trainable"
+    print(format_plan(rows, params, args.gpus, args.model or "model", extra))
+    return 0
