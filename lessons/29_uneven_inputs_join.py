@@ -30,7 +30,6 @@ from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
-import minidp
 from minidp import DistributedDataParallel as MinidpDDP
 
 WORLD, BATCH = 2, 16
