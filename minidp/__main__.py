@@ -57,10 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser(
         "memory", help="plan: model-state bytes per GPU for DDP, ZeRO-1/2, FSDP", add_help=False
     )
-    # add_help=False: "minidp memory --help" must reach the planner's own parser
-    sub.add_parser(
-        "memory", help="plan: model-state bytes per GPU for DDP, ZeRO-1/2, FSDP", add_help=False
-    )
     sub.add_parser(
         "diagrams",
         help="regenerate the pictures in diagrams/ from real traced runs",
@@ -82,8 +78,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command in ("diagrams", "exercise"):
         module = importlib.import_module(f"minidp.{args.command}")
-    elif args.command == "memory":
-        module = importlib.import_module("minidp.zero.plan")
     elif args.command == "memory":
         module = importlib.import_module("minidp.zero.plan")
     else:
