@@ -34,6 +34,7 @@ from test_fsdp_support import (
     loss_fn,
     round_trip,
     run_scenario,
+    textbook_vs_fully_shard,
 )
 
 import minidp
@@ -152,3 +153,10 @@ def _unused_parameter(rank, world):
 def test_unused_parameter_is_named_at_the_next_forward():
     with pytest.raises(WorkerError, match=r"without gradients for \['root.extra.weight', 'root.e"):
         run_threads(_unused_parameter, 1, timeout=30)
+
+
+def test_textbook_equals_fully_shard():
+    """2 ranks: one addition per element, so the flat shard and dim-0 shards agree exactly."""
+    for rank, rows in enumerate(run_threads(textbook_vs_fully_shard, 2)):
+        diffs = [r for r in rows if r[2] != 0.0]
+        assert rows and diffs == [], f"rank {rank}: (step, param, max |diff|): {diffs[:5]}"

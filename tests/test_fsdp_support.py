@@ -49,6 +49,15 @@ class TinyLM(nn.Module):
         return self.head(self.norm(x))
 
 
+def seeded_lm() -> TinyLM:
+    """A TinyLM whose weights come from a private generator: equal on every rank, in threads too."""
+    model, g = TinyLM(), torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model
+
+
 SCENARIOS = {
     # name: (optimizer, param_dtype, reshard_after_forward for the blocks, steps)
     "adamw": ("adamw", None, True, 3),
@@ -154,3 +163,31 @@ def round_trip(rank: int, world: int) -> dict[str, bool]:
 
 def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def textbook_vs_fully_shard(rank: int, world: int, steps: int = 3) -> list[tuple]:
+    """TextbookFSDP and fully_shard trained side by side: (step, param, max |diff|) rows."""
+    from minidp.fsdp.textbook import TextbookFSDP
+
+    plain, ours = seeded_lm(), seeded_lm()  # thread ranks share the global RNG
+    names = [n for n, _ in plain.named_parameters()]
+    book = TextbookFSDP(plain)
+    wrap(ours, minidp.fully_shard, True, None)
+    opt_b, opt_m = (
+        make_optimizer("adamw", book.parameters()),
+        make_optimizer("adamw", ours.parameters()),
+    )
+    rows = []
+    for step, (tokens, target) in enumerate(batches(rank, steps)):
+        for model, opt in ((book, opt_b), (ours, opt_m)):
+            opt.zero_grad()
+            loss_fn(model, tokens, target).backward()
+            if model is book:
+                book.reduce_grads()
+            opt.step()
+        full = full_state_dict(ours)
+        with torch.no_grad():
+            book(batches(rank, 1)[0][0])  # gathers the textbook's parameters into the module
+        for name, p in zip(names, book.params):
+            rows.append((step, name, _diff(p.detach().clone(), full[name])))
+    return rows
