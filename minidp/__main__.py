@@ -26,6 +26,7 @@ BENCHES = {
     "dp": "minidp DataParallel vs torch.nn.DataParallel vs one device: step time, bytes",
     "ddp": "minidp DDP vs torch DDP (overlap, no overlap, naive) and a bucket-size sweep",
     "faults": "inject faults and bad inputs in fresh worlds: time to a clear error, leaks",
+    "zero": "minidp ZeRO-1/ZeRO-2 vs torch ZeRO + DDP and FSDP2: step time, bytes moved",
 }
 
 

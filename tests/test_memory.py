@@ -154,3 +154,12 @@ def test_planner_cli_bad_input(capsys):
     with pytest.raises(SystemExit):
         plan.main(["--params", "1e9", "--gpus", "0"])
     assert "expected gpus to be an integer >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_zero_quick_runs(capsys):
+    from minidp.bench import zero
+
+    assert zero.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "minidp zero1" in out and "ZeRO-2 (reduce-scatter + all-gather)" in out
