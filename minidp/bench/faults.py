@@ -46,6 +46,7 @@ from minidp.bench.fault_cases import BACKSTOP_S, FAULTS, TIMEOUT_S, Fault
 from minidp.bench.fault_cases import (  # re-exported: tests reuse the SIGKILL injector
     killed_mid_all_reduce as killed_mid_all_reduce,
 )
+from minidp.bench.fault_cases_launch import LAUNCH_FAULTS
 from minidp.launch import ProcessWorld, WorkerError, child_processes, run_threads
 from minidp.launch.errors import Failure
 
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--budget", type=float, default=2.0, help="seconds per size (2)")
     args = p.parse_args(argv)
-    faults = [f for f in FAULTS if args.only.lower() in f.name.lower()]
+    faults = [f for f in FAULTS + LAUNCH_FAULTS if args.only.lower() in f.name.lower()]
     print(
         f"faults benchmark on {platform.machine()} with {os.cpu_count()} CPU cores, torch "
         f"{torch.__version__}, gloo over loopback; {len(faults)} rows, each in a fresh world",
@@ -203,8 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     hung = [o for o in outcomes if o.hung]
     leaked = sum(o.leftovers for o in outcomes)
     errors = [o for o in outcomes if o.raised != "none"]
-    ok = ("clear", "no error (like torch)")  # the right answer to a valid input is no error
-    unclear = [o.fault.name for o in outcomes if o.verdict not in ok]
+    # "clear" (or "clear: ..." for a row whose right outcome is no exception), or no error
+    # at all where that is the right answer to a valid input
+    unclear = [
+        o.fault.name
+        for o in outcomes
+        if not (o.verdict == "clear" or o.verdict.startswith("clear:"))
+        and o.verdict != "no error (like torch)"
+    ]
     print(
         f"\n{len(errors)}/{len(outcomes)} rows ended in an error, the slowest after "
         f"{max((o.seconds for o in errors), default=0):.2f} s; hung: {len(hung)}; "

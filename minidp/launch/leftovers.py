@@ -10,6 +10,7 @@ Test: ``pytest tests/test_launch.py tests/test_faults.py``
 from __future__ import annotations
 
 import os
+import signal
 from multiprocessing import resource_tracker
 
 
@@ -21,7 +22,14 @@ def child_processes() -> set[int]:
     and never counted as a leftover rank.
     """
     resource_tracker.ensure_running()
-    me, found = os.getpid(), set()
+    return children_of(os.getpid())
+
+
+def children_of(pid: int) -> set[int]:
+    """PIDs of ``pid``'s live (non-zombie) children (``/proc``; empty elsewhere)."""
+    found: set[int] = set()
+    if not os.path.isdir("/proc"):
+        return found
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -30,6 +38,24 @@ def child_processes() -> set[int]:
                 fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)": state, ppid, ...
         except OSError:
             continue
-        if int(fields[1]) == me and fields[0] != "Z":
+        if int(fields[1]) == pid and fields[0] != "Z":
             found.add(int(entry))
     return found
+
+
+def kill_descendants(pid: int) -> None:
+    """SIGKILL every process below ``pid`` (a rank's DataLoader workers, say), deepest last.
+
+    Collected first, killed after: a killed parent's children would be re-parented and
+    drop out of the tree before they were found.
+    """
+    tree, frontier = [], [pid]
+    while frontier:
+        below = [c for p in frontier for c in children_of(p)]
+        tree += below
+        frontier = below
+    for child in tree:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -22,8 +22,14 @@ MASTER_ADDR, MASTER_PORT, ...), so scripts can read them the same way in both.
 
 A rank that raises, dies or is killed: the parent collects every failure for a moment,
 raises :class:`WorkerError` naming the root cause (a rank's own exception beats a death
-beats a bystander's "connection lost"), and kills the remaining ranks. Children also
-watch their parent and exit if it disappears, so no process is left behind.
+beats a bystander's "connection lost"), and kills the remaining ranks. Ctrl-C or any other
+exception in the parent (during start-up too) kills every rank before it propagates.
+
+Ranks are ordinary (non-daemon) processes, as with ``torch.multiprocessing.spawn``, so
+they may start their own children (``DataLoader(num_workers=2)``). Nothing outlives the
+launcher: a rank watches its parent and, when it disappears, kills its own children and
+exits; a world that is garbage-collected or still open when the program exits is killed;
+killing a rank kills its children first.
 
 Test: ``pytest tests/test_launch.py``
 """
@@ -31,89 +37,37 @@ Test: ``pytest tests/test_launch.py``
 from __future__ import annotations
 
 import datetime
-import gc
 import multiprocessing as mp
 import os
 import pickle
-import threading
 import time
-import traceback
 from collections.abc import Callable
+from multiprocessing import util as mp_util
 from multiprocessing.connection import wait as wait_any
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
+from minidp.launch.checks import (
+    check_importable,
+    check_main_guard,
+    check_timeout,
+    check_world_size,
+)
 from minidp.launch.errors import Failure, WorkerError
+from minidp.launch.leftovers import kill_descendants
+from minidp.launch.rank import worker
 
 GRACE_S = 1.0  # after the first failure, how long to wait for the other ranks' reports
 STARTUP_S = 120.0  # deadline for the rank processes to start and join the group
 
 
-def _watch_parent(parent_pid: int) -> None:
-    while True:
-        if os.getppid() != parent_pid:
-            os._exit(1)  # the launcher is gone: do not linger as an orphan
-        time.sleep(0.5)
-
-
-def _worker(rank, world_size, port, backend, timeout, conn, parent_pid) -> None:
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
-    env = {
-        "RANK": rank,
-        "LOCAL_RANK": rank,
-        "WORLD_SIZE": world_size,
-        "LOCAL_WORLD_SIZE": world_size,
-        "GROUP_RANK": 0,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": port,
-    }
-    os.environ.update({k: str(v) for k, v in env.items()})
-    if "OMP_NUM_THREADS" not in os.environ and world_size > 1:
-        torch.set_num_threads(1)  # like torchrun: ranks sharing cores should not oversubscribe
-    try:
-        store = dist.TCPStore(
-            "127.0.0.1", port, world_size, False, datetime.timedelta(seconds=timeout)
-        )
-        dist.init_process_group(
-            backend,
-            store=store,
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout),
-        )
-        conn.send(("ready", None))
-    except BaseException as exc:
-        conn.send(("error", _describe(exc)))
-        return
-    while True:
-        try:
-            task = conn.recv()
-        except EOFError:
-            break
-        if task is None:
-            break
-        fn, args = task
-        try:
-            conn.send(("ok", fn(rank, world_size, *args)))
-        except BaseException as exc:
-            conn.send(("error", _describe(exc)))
-            conn.close()
-            # Exit now: closing this rank's sockets makes peers blocked on it raise PeerError
-            # at once, instead of waiting to be killed. The world is unusable after a
-            # failure anyway (the launcher marks it broken).
-            os._exit(1)
-    try:
-        destroy_group()
-    except Exception:
-        pass
-
-
-def _describe(exc: BaseException) -> tuple[str, str, str, bool]:
-    from minidp.comm.errors import PeerError
-
-    return type(exc).__name__, str(exc), traceback.format_exc(), isinstance(exc, PeerError)
+def _kill_ranks(procs: list) -> None:
+    """SIGKILL each live rank and everything it started (children first)."""
+    for p in procs:
+        if p.is_alive():
+            kill_descendants(p.pid)
+            p.kill()
 
 
 class ProcessWorld:
@@ -127,11 +81,14 @@ class ProcessWorld:
     """
 
     def __init__(self, world_size: int, backend: str = "gloo", timeout: float = 60.0) -> None:
-        if world_size < 1:
-            raise ValueError(f"ProcessWorld: world_size must be >= 1, got {world_size}")
+        world_size = check_world_size("ProcessWorld", world_size)
+        timeout = check_timeout("ProcessWorld", timeout)
+        check_main_guard("ProcessWorld")
         self.world_size = world_size
         self.timeout = timeout
         self.broken = False
+        self._conns: list = []
+        self._procs: list = []
         self._store = dist.TCPStore(
             "127.0.0.1",
             0,
@@ -140,24 +97,30 @@ class ProcessWorld:
             datetime.timedelta(seconds=timeout),
             wait_for_workers=False,
         )  # parent-held rendezvous server; its port is free by construction
+        # Killed with the world: when it is garbage-collected, or at exit (before
+        # multiprocessing joins non-daemon children, which would wait forever).
+        mp_util.Finalize(self, _kill_ranks, args=(self._procs,), exitpriority=10)
         ctx = mp.get_context("spawn")
-        self._conns = []
-        self._procs = []
-        for rank in range(world_size):
-            parent_end, child_end = ctx.Pipe()
-            p = ctx.Process(
-                target=_worker,
-                args=(rank, world_size, self._store.port, backend, timeout, child_end, os.getpid()),
-                name=f"minidp-rank{rank}",
-                daemon=True,
-            )
-            p.start()
-            child_end.close()
-            self._conns.append(parent_end)
-            self._procs.append(p)
-        # Start-up (each rank imports torch) gets its own generous deadline: a short
-        # collective timeout must not make a loaded machine fail to start.
-        self._collect("ProcessWorld start-up", max(timeout, STARTUP_S))
+        try:
+            for rank in range(world_size):
+                parent_end, child_end = ctx.Pipe()
+                p = ctx.Process(
+                    target=worker,
+                    args=(rank, world_size, self._store.port, backend, timeout, child_end,
+                          os.getpid()),
+                    name=f"minidp-rank{rank}",
+                    daemon=False,  # like torch's mp.spawn: a rank may start DataLoader workers
+                )  # fmt: skip
+                p.start()
+                child_end.close()
+                self._conns.append(parent_end)
+                self._procs.append(p)
+            # Start-up (each rank imports torch) gets its own generous deadline: a short
+            # collective timeout must not make a loaded machine fail to start.
+            self._collect("ProcessWorld start-up", max(timeout, STARTUP_S))
+        except BaseException:  # Ctrl-C in a notebook included: no rank may outlive it
+            self.close(kill=True)
+            raise
 
     def run(self, fn: Callable[..., Any], *args, timeout: float | None = None) -> list:
         """Run ``fn(rank, world_size, *args)`` on every rank; return results in rank order.
@@ -167,6 +130,9 @@ class ProcessWorld:
         """
         if self.broken:
             raise RuntimeError("ProcessWorld: this world already failed; start a new one")
+        if timeout is not None:
+            check_timeout("ProcessWorld.run", timeout)
+        check_importable("spawn", fn)
         try:
             payload = pickle.dumps((fn, args))
         except Exception as exc:
@@ -175,9 +141,13 @@ class ProcessWorld:
                 f"{getattr(fn, '__qualname__', fn)!r} is not ({exc}). Hint: define fn at module "
                 "level (not a lambda or a nested function)"
             ) from exc
-        for conn in self._conns:
-            conn.send_bytes(payload)
-        return self._collect("spawn", timeout)
+        try:
+            for conn in self._conns:
+                conn.send_bytes(payload)
+            return self._collect("spawn", timeout)
+        except BaseException:  # a rank failed (already stopped), or Ctrl-C here
+            self.close(kill=True)
+            raise
 
     def _collect(self, launcher: str, timeout: float | None) -> list:
         results: list[Any] = [None] * self.world_size
@@ -246,13 +216,12 @@ class ProcessWorld:
                     conn.send(None)
                 except OSError:
                     pass
-        for p in self._procs:
-            if kill and p.is_alive():
-                p.kill()
+        if kill:
+            _kill_ranks(self._procs)
         for p in self._procs:
             p.join(5.0)
             if p.is_alive():
-                p.kill()
+                _kill_ranks([p])
                 p.join()
         for conn in self._conns:
             conn.close()
@@ -261,9 +230,9 @@ class ProcessWorld:
     def __enter__(self) -> ProcessWorld:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         if self._conns:
-            self.close()
+            self.close(kill=exc_type is not None)  # on an error, do not wait for busy ranks
 
 
 def spawn(
@@ -284,19 +253,11 @@ def spawn(
         WorkerError: a rank raised or died; names the first failing rank with its traceback
             (or exit code / signal). All other ranks are stopped; no process is left behind.
     """
+    world_size = check_world_size("spawn", world_size)
+    timeout = check_timeout("spawn", timeout)
+    if deadline is not None:
+        check_timeout("spawn", deadline, "deadline")
+    check_importable("spawn", fn)
+    check_main_guard("spawn")
     with ProcessWorld(world_size, backend=backend, timeout=timeout) as world:
         return world.run(fn, *args, timeout=deadline)
-
-
-def destroy_group() -> None:
-    """Free everything that still holds the group, then destroy it.
-
-    Wrappers such as DDP live in reference cycles (module <-> reducer <-> hooks) that only
-    the cyclic garbage collector frees. Left to interpreter shutdown, they would drop the
-    last reference to the gloo group in the middle of finalization, which can abort the
-    process ("terminate called without an active exception") after a successful run.
-    """
-    gc.collect()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    gc.collect()

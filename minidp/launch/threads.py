@@ -9,17 +9,27 @@ Limits: threads share the global RNG and autograd state — build models and dat
 the threads start, or use explicit ``torch.Generator``s. Official DDP needs a full
 ``ProcessGroup``; compare against it in real processes (``minidp.launch.spawn``).
 
+A thread cannot be killed. A rank still running at the deadline is stopped where that is
+possible: a rank blocked in a collective is freed by aborting the groups, and a rank
+running Python code gets an exception raised into it (``RankStopped``, through CPython's
+``PyThreadState_SetAsyncExc``), which ends it at its next bytecode. A rank stuck inside
+one long C call (``time.sleep``, a big matmul) only sees it when that call returns; until
+then it keeps running, and ``run_threads`` warns naming it. Code that may hang belongs in
+processes (``spawn(..., deadline=...)`` kills them).
+
 Test: ``pytest tests/test_launch.py -k threads``
 """
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import gc
 import itertools
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +38,11 @@ import torch.distributed as dist
 from minidp.comm.agree import checked, is_checked
 from minidp.comm.errors import PeerError
 from minidp.comm.group import use_group
+from minidp.launch.checks import check_timeout, check_world_size
 from minidp.launch.errors import Failure, WorkerError
+
+ABORT_WAIT_S = 1.0  # after the deadline and the groups' abort: time to report and return
+STOP_WAIT_S = 2.0  # then, after the exception raised into a still-running rank
 
 _worlds = itertools.count()
 
@@ -46,8 +60,8 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
             rank with its traceback. The failing rank's group is aborted at once, so ranks
             waiting on it fail within milliseconds instead of at the timeout.
     """
-    if world_size < 1:
-        raise ValueError(f"run_threads: world_size must be >= 1, got {world_size}")
+    world_size = check_world_size("run_threads", world_size)
+    timeout = check_timeout("run_threads", timeout)
     store = dist.HashStore()  # rendezvous for this world only
     results: list[Any] = [None] * world_size
     failures: list[Failure] = []
@@ -64,6 +78,8 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
             groups[rank] = dist.ProcessGroupGloo(store, rank, world_size, td)
             with use_group(groups[rank]), checked(checked_mode):
                 results[rank] = fn(rank, world_size, *args)
+        except RankStopped:  # stopped by the launcher at the deadline: reported as stuck
+            pass
         except BaseException as exc:  # report everything, including KeyboardInterrupt
             failure = Failure(
                 rank=rank,
@@ -97,15 +113,53 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
     stuck = [r for r, t in enumerate(threads) if t.is_alive()]
     if stuck:
         for g in groups:
-            _abort(g)
-        for t in threads:
-            t.join(2.0)
+            _abort(g)  # frees ranks blocked in a collective: they report their error
+        _join(threads, stuck, ABORT_WAIT_S)
+        for r in stuck:
+            if threads[r].is_alive():
+                _raise_in(threads[r], RankStopped)  # stops ranks running Python code
+        _join(threads, stuck, STOP_WAIT_S)
+        alive = [r for r in stuck if threads[r].is_alive()]
+        if alive:
+            warnings.warn(
+                f"run_threads: rank(s) {alive} still running "
+                f"{ABORT_WAIT_S + STOP_WAIT_S:g}s after the "
+                f"{timeout:g}s deadline, inside a call that cannot be interrupted (C code, "
+                f"a sleep); a thread cannot be killed, so they keep running (and using a "
+                f"core) until that call returns — run code that may hang with "
+                f"minidp.launch.spawn(..., deadline=...), which kills processes",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         if not failures:
             failures = [Failure(rank=r, message=f"{timeout:g}s", stuck=True) for r in stuck]
     if failures:
         note = f"(ranks still running at the {timeout:g}s deadline: {stuck})" if stuck else ""
         raise WorkerError(failures, "run_threads", note)
     return results
+
+
+class RankStopped(BaseException):
+    """Raised into a rank thread still running at ``run_threads``' deadline, to end it.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``), so ``except Exception`` in the rank's
+    code does not swallow it.
+    """
+
+
+def _join(threads: list[threading.Thread], ranks: list[int], seconds: float) -> None:
+    """Join ``threads[r]`` for each rank in ``ranks``, all within ``seconds`` in total."""
+    until = time.monotonic() + seconds
+    for r in ranks:
+        threads[r].join(max(until - time.monotonic(), 0.0))
+
+
+def _raise_in(thread: threading.Thread, exc_type: type[BaseException]) -> None:
+    """Raise ``exc_type`` in ``thread`` at its next bytecode (public CPython C API)."""
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type)
+        )
 
 
 def _abort(pg) -> None:

@@ -1,0 +1,112 @@
+"""What runs inside each rank process that :class:`~minidp.launch.ProcessWorld` starts.
+
+A rank joins the parent's rendezvous (``TCPStore``) and the default group, sets the
+variables ``torchrun`` sets, then runs the functions the parent sends over a pipe, one at a
+time, sending back each result or exception. A thread watches the parent: if it
+disappears, the rank kills its own children and exits, so nothing is left behind.
+
+Test: ``pytest tests/test_launch.py``
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import os
+import pickle
+import threading
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+from minidp.launch.leftovers import kill_descendants
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        if os.getppid() != parent_pid:
+            _exit_now()  # the launcher is gone: do not linger as an orphan
+        time.sleep(0.5)
+
+
+def _exit_now() -> None:
+    """Leave at once, and take this rank's own children (DataLoader workers) along."""
+    kill_descendants(os.getpid())
+    os._exit(1)
+
+
+def worker(rank, world_size, port, backend, timeout, conn, parent_pid) -> None:
+    """A rank's life: join the group, then run ``(fn, args)`` tasks from ``conn`` until None."""
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    env = {
+        "RANK": rank,
+        "LOCAL_RANK": rank,
+        "WORLD_SIZE": world_size,
+        "LOCAL_WORLD_SIZE": world_size,
+        "GROUP_RANK": 0,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": port,
+    }
+    os.environ.update({k: str(v) for k, v in env.items()})
+    if "OMP_NUM_THREADS" not in os.environ and world_size > 1:
+        torch.set_num_threads(1)  # like torchrun: ranks sharing cores should not oversubscribe
+    try:
+        store = dist.TCPStore(
+            "127.0.0.1", port, world_size, False, datetime.timedelta(seconds=timeout)
+        )
+        dist.init_process_group(
+            backend,
+            store=store,
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
+        conn.send(("ready", None))
+    except BaseException as exc:
+        conn.send(("error", describe(exc)))
+        return
+    while True:
+        try:
+            task = conn.recv_bytes()
+        except EOFError:  # the parent is gone (killed): no time for a clean exit
+            _exit_now()
+        try:
+            task = pickle.loads(task)  # inside the try: a function this process cannot
+            if task is None:  # import is this rank's error, reported like any other
+                break
+            fn, args = task
+            conn.send(("ok", fn(rank, world_size, *args)))
+        except BaseException as exc:
+            conn.send(("error", describe(exc)))
+            conn.close()
+            # Exit now: closing this rank's sockets makes peers blocked on it raise PeerError
+            # at once, instead of waiting to be killed. The world is unusable after a
+            # failure anyway (the launcher marks it broken).
+            _exit_now()
+    try:
+        destroy_group()
+    except Exception:
+        pass
+    kill_descendants(os.getpid())  # whatever the rank started and left running
+
+
+def describe(exc: BaseException) -> tuple[str, str, str, bool]:
+    from minidp.comm.errors import PeerError
+
+    return type(exc).__name__, str(exc), traceback.format_exc(), isinstance(exc, PeerError)
+
+
+def destroy_group() -> None:
+    """Free everything that still holds the group, then destroy it.
+
+    Wrappers such as DDP live in reference cycles (module <-> reducer <-> hooks) that only
+    the cyclic garbage collector frees. Left to interpreter shutdown, they would drop the
+    last reference to the gloo group in the middle of finalization, which can abort the
+    process ("terminate called without an active exception") after a successful run.
+    """
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
