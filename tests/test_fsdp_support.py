@@ -63,6 +63,7 @@ SCENARIOS = {
     "adamw": ("adamw", None, True, 3),
     "sgd_keep_gathered": ("sgd", None, False, 3),
     "bf16": ("adamw", torch.bfloat16, True, 3),
+    "bf16_reduce_fp32": ("adamw", (torch.bfloat16, torch.float32), True, 3),
 }
 
 
@@ -101,13 +102,15 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    opt_kind, dtype, reshard, steps = SCENARIOS[name]
+    opt_kind, dtypes, reshard, steps = SCENARIOS[name]
+    param_dtype, reduce_dtype = dtypes if isinstance(dtypes, tuple) else (dtypes, None)
     torch.manual_seed(0)
     theirs, ours = TinyLM(), TinyLM()
     ours.load_state_dict(theirs.state_dict())
     mesh = init_device_mesh("cpu", (world,))
-    wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(param_dtype=dtype), mesh=mesh)
-    wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(param_dtype=dtype))
+    policy = {"param_dtype": param_dtype, "reduce_dtype": reduce_dtype}
+    wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(**policy), mesh=mesh)
+    wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(**policy))
     opt_t = make_optimizer(opt_kind, theirs.parameters())
     opt_m = make_optimizer(opt_kind, ours.parameters())
     rows = []

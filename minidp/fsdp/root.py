@@ -43,6 +43,7 @@ class Root:
         self.reduces: list[tuple] = []  # (unit, future) in submission order
         self.pending = 0  # gradients still to arrive in this backward, whole model
         self.backward_started = False
+        self.started: dict[tuple[str, int], float] = {}  # (phase, id(unit)) -> trace time
         for u in units:
             u.root = self
 
@@ -55,6 +56,8 @@ class Root:
     def prefetch(self, unit) -> None:
         """Start ``unit``'s all-gather on the communication thread, unless it is there."""
         if unit is not None and not unit.is_unsharded and id(unit) not in self.gathers:
+            if trace.active:
+                trace.instant(f"issue all-gather {unit.label}", lane="hooks")
             self.gathers[id(unit)] = self.comm.submit(self._gather, unit)
 
     def unshard(self, unit) -> None:
@@ -83,8 +86,20 @@ class Root:
         if torch.is_grad_enabled() and unit in self.last_order:
             i = self.last_order.index(unit)
             self.prefetch(self.last_order[i + 1] if i + 1 < len(self.last_order) else None)
+        self._mark("forward", unit)
+
+    def _mark(self, phase: str, unit) -> None:
+        if trace.active:
+            self.started[phase, id(unit)] = trace.now_us()
+
+    def _span(self, phase: str, unit) -> None:
+        """Record ``phase`` of ``unit`` (compute lane) from its ``_mark`` until now."""
+        if trace.active and (phase, id(unit)) in self.started:
+            start = self.started.pop((phase, id(unit)))
+            trace.complete(f"{phase} {unit.label}", start, trace.now_us(), lane="compute")
 
     def post_forward(self, unit) -> None:
+        self._span("forward", unit)
         if not torch.is_grad_enabled():
             if unit is self.unit:  # inference: nothing stays gathered
                 for u in self.units:
@@ -130,6 +145,7 @@ class Root:
     def pre_backward(self, unit) -> None:
         self.backward_started = True
         self.unshard(unit)
+        self._mark("backward", unit)
         # backward runs the units in reverse post-forward order: the one before is next
         i = self.post_order.index(unit) if unit in self.post_order else 0
         if i > 0:
@@ -140,6 +156,7 @@ class Root:
         unit.pending -= 1
         self.pending -= 1
         if unit.pending == 0:
+            self._span("backward", unit)
             grads = unit.take_grads()
             future = self.comm.submit(self._reduce, unit, grads)
             self.reduces.append((unit, future))
