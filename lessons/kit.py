@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import platform
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 from torch import nn
 
 import minidp
+import minidp.bench.verdict
 
 FAST = os.environ.get("MINIDP_LESSON_FAST", "") not in ("", "0")
 HERE = Path(__file__).resolve().parent
@@ -46,21 +46,7 @@ def section(text: str) -> None:
 
 def machine() -> str:
     """One line describing the hardware the numbers were measured on."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
-    return (
-        f"{cpu}, {os.cpu_count()} cores{load}, torch {torch.__version__} "
-        f"({torch.get_num_threads()} intra-op threads), {gpus} GPU(s), "
-        f"Python {platform.python_version()}"
-    )
+    return minidp.bench.verdict.machine()
 
 
 # ----------------------------------------------------------------------------- checks

@@ -17,9 +17,14 @@ Test: ``pytest tests/test_verdict.py``
 from __future__ import annotations
 
 import dataclasses
+import os
+import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
 
 MIN_PAIRS = 5  # fewer interleaved pairs than this cannot show a spread worth the name
 
@@ -108,3 +113,22 @@ def interleave(
             fn()
             times[name].append(time.perf_counter() - t0)
     return times
+
+
+def machine() -> str:
+    """One line describing the hardware the numbers were measured on (a verdict's "here")."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
+    return (
+        f"{cpu}, {os.cpu_count()} cores{load}, torch {torch.__version__} "
+        f"({torch.get_num_threads()} intra-op threads), {gpus} GPU(s), "
+        f"Python {platform.python_version()}"
+    )

@@ -1,8 +1,9 @@
 """``bucket_sweep.png``: DDP step time against ``bucket_cap_mb``, minidp and torch.
 
 2 rank processes (gloo on loopback), minidp's DDP with overlap on and off and torch's
-DDP, one MLP; each point is the best of a few rounds of median step times, with the
-number of buckets written above it.
+DDP, one MLP; each point is the median of a few rounds' median step times (bars: min-max
+over the rounds), with the number of buckets written above it; a box states the fitted
+cost of one extra bucket for each, which is what makes minidp's curve slope.
 
     python -m minidp diagrams --only sweep
 
@@ -11,6 +12,7 @@ Test: ``pytest tests/test_diagrams.py``
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import torch
@@ -23,17 +25,15 @@ SWEEP_MODEL = (256, 24)  # width, depth: 24 weights of 256 KiB, ~6.4 MB of gradi
 
 
 def _sweep_rank(rank: int, world: int, caps: tuple, steps: int, rounds: int) -> dict:
-    import statistics
-
     from torch import nn
 
     import minidp
 
     torch.set_num_threads(1)
     data = rank_data(rank, steps + 3)
-    best: dict = {}
+    medians: dict = {}  # (name, cap) -> (median ms of each round, bucket count)
     # Rounds take turns over every setting, so a burst of other work on the machine hits
-    # all settings alike; the best (least disturbed) median of the rounds is kept.
+    # all settings alike; every round's median is kept, to draw the spread.
     for _ in range(rounds):
         for cap in caps:
             for name, wrapper, kw in (
@@ -45,9 +45,8 @@ def _sweep_rank(rank: int, world: int, caps: tuple, steps: int, rounds: int) -> 
                 times, _ = ddp_steps(ddp, data)
                 ms = statistics.median(times[3:]) * 1e3
                 n_buckets = len(ddp.reducer.assignment) if name == "minidp" else None
-                old = best.get((name, cap))
-                best[(name, cap)] = (min(ms, old[0]) if old else ms, n_buckets)
-    return best
+                medians.setdefault((name, cap), ([], n_buckets))[0].append(ms)
+    return medians
 
 
 def draw(out: Path, quick: bool = False) -> Path:
@@ -64,21 +63,43 @@ def draw(out: Path, quick: bool = False) -> Path:
         ("minidp, no overlap", "#e07a1f", "o:"),
         ("torch", "#3a6ea5", "s-"),
     ):
-        ys = [res[(name, c)][0] for c in caps]
-        ax.plot(caps, ys, style, color=colour, label=f"{name} DDP" if "," not in name else
-                "minidp DDP, overlap=False")  # fmt: skip
-    for c in caps:
-        nb = res[("minidp", c)][1]
-        ax.annotate(f"{nb} bucket{'s' if nb > 1 else ''}", (c, res[("minidp", c)][0]),
+        rounds = [res[(name, c)][0] for c in caps]  # per cap: one median per round
+        ys = [statistics.median(r) for r in rounds]
+        spread = [
+            [y - min(r) for y, r in zip(ys, rounds)],
+            [max(r) - y for y, r in zip(ys, rounds)],
+        ]
+        label = f"{name} DDP" if "," not in name else "minidp DDP, overlap=False"
+        ax.errorbar(caps, ys, yerr=spread, fmt=style, color=colour, capsize=3, label=label)
+    buckets = [res[("minidp", c)][1] for c in caps]
+    for c, nb in zip(caps, buckets):
+        y = statistics.median(res[("minidp", c)][0])
+        ax.annotate(f"{nb} bucket{'s' if nb > 1 else ''}", (c, y),
                     textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)  # fmt: skip
+    # The slope, measured: ms per extra bucket from a straight-line fit of step time on the
+    # bucket count (torch uses the same bucket assignment, so the same counts).
+    per_bucket = {
+        name: statistics.linear_regression(
+            buckets, [statistics.median(res[(name, c)][0]) for c in caps]
+        ).slope
+        for name in ("minidp", "torch")
+    }
+    ax.text(
+        0.98, 0.62,
+        f"each extra bucket costs (fitted):\nminidp {per_bucket['minidp']:+.2f} ms: a Python ring "
+        "all-reduce\n(header check + 2(n-1) send/recv calls)\n"
+        f"torch {per_bucket['torch']:+.2f} ms: its C++ reducer",
+        transform=ax.transAxes, ha="right", va="top", fontsize=8.5,
+        bbox={"boxstyle": "round", "fc": "white", "ec": "#ccc"},
+    )  # fmt: skip
     ax.set_xscale("log")
     ax.margins(y=0.15)  # room for the bucket counts above the highest points
     ax.set_xlabel("bucket_cap_mb (log scale; 25 is the default)")
     ax.set_ylabel("median ms per training step")
     ax.set_title(
         f"Bucket size sweep: 2 rank processes, MLP of {SWEEP_MODEL[1]} layers x {SWEEP_MODEL[0]} "
-        "(1.6M parameters), gloo on loopback\nbest of 3 rounds of median step times; "
-        "the number of buckets is written above each point",
+        "(1.6M parameters), gloo on loopback\nrounds take turns over the settings: median of "
+        "the rounds' medians, bars min-max; buckets written above each point",
         fontsize=10,
     )
     ax.grid(alpha=0.3)

@@ -85,15 +85,15 @@ def traced_dp_step(n: int = 4, width: int = 512, depth: int = 4, batch: int = 10
     return [{**e, "ts": e["ts"] - t0} for e in events], moved, p_bytes
 
 
-STAGE_COLOURS = {
-    "scatter": "#8172b2",
+STAGE_COLOURS = {  # one colour per stage, none repeated
+    "scatter": "#e6ab02",
     "replicate": "#c44e52",
     "forward": "#3a6ea5",
     "gather": "#8172b2",
-    "loss": "#937860",
+    "loss": "#e377c2",
     "backward": "#2a9d8f",
-    "sum grads": "#c44e52",
-    "optimizer step": "#937860",
+    "sum grads": "#d95f02",
+    "optimizer step": "#66a61e",
 }
 
 
@@ -109,7 +109,8 @@ def draw(out: Path, quick: bool = False) -> Path:
     for e in sorted(events, key=lambda e: e["ts"]):
         colour = STAGE_COLOURS.get(e["name"], "#999")
         start, dur = e["ts"] / 1e3, e["dur"] / 1e3
-        a.barh(e["pid"], max(dur, total * 0.003), left=start, height=0.6, color=colour)
+        # a stage shorter than 1% of the step still gets a visible sliver (its label says how long)
+        a.barh(e["pid"], max(dur, total * 0.01), left=start, height=0.6, color=colour)
         if dur > 0.06 * total:
             a.text(start + dur / 2, e["pid"], e["name"], ha="center", va="center",
                    fontsize=8, color="white", weight="bold")  # fmt: skip
