@@ -148,7 +148,8 @@ def same_structure(a, b) -> bool:
         return list(a) == list(b) and all(same_structure(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same_structure(p, q) for p, q in zip(a, b))
-    return a is b
+    # == not `is`: a notebook compiles each cell apart, so equal literals are not one object
+    return a == b
 
 
 with mock.patch.multiple(torch_sg, Scatter=ChunkLeaf, Gather=CatLeaf):
