@@ -5,7 +5,8 @@
   unit's shards and collectives), ``root.py`` (the schedule: prefetch, reduce-scatter),
   ``shard.py`` (dim-0 chunks with padding), ``policy.py`` (:class:`MixedPrecisionPolicy`).
 * :func:`full_state_dict` / :func:`load_full_state_dict` — the unsharded parameters by
-  name (a collective), and back; :func:`sharded_bytes` — what this rank holds.
+  name (a collective), and back; :func:`sharded_bytes` — what this rank holds;
+  :func:`traffic` — what its collectives moved.
 
 Built only on ``minidp.comm``'s all-gather and reduce-scatter (send/recv underneath), so it
 runs on every torch minidp supports. ``module.state_dict()`` between steps holds this
@@ -15,7 +16,7 @@ Test: ``pytest tests/test_fsdp.py`` (against FSDP2 on a gloo CPU mesh, torch >= 
 """
 
 from minidp.fsdp.policy import MixedPrecisionPolicy
-from minidp.fsdp.state import full_state_dict, load_full_state_dict, sharded_bytes
+from minidp.fsdp.state import full_state_dict, load_full_state_dict, sharded_bytes, traffic
 from minidp.fsdp.wrap import fully_shard, unit_of
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "fully_shard",
     "load_full_state_dict",
     "sharded_bytes",
+    "traffic",
     "unit_of",
 ]

@@ -26,6 +26,7 @@ from concurrent.futures import Future
 import torch
 
 from minidp import trace
+from minidp.comm import Traffic, count_traffic
 from minidp.ddp.comm_thread import CommThread
 
 
@@ -44,14 +45,24 @@ class Root:
         self.pending = 0  # gradients still to arrive in this backward, whole model
         self.backward_started = False
         self.started: dict[tuple[str, int], float] = {}  # (phase, id(unit)) -> trace time
+        # bytes this rank moved, all steps (count_traffic counts per thread: the collectives
+        # run on the communication thread, so they are counted there, into this total)
+        self.traffic = Traffic()
         for u in units:
             u.root = self
 
     # ---- gathering ---------------------------------------------------------------------
 
+    def _counted(self, fn, *args):
+        with count_traffic() as t:
+            result = fn(*args)
+        for field in ("sent_bytes", "recv_bytes", "sent_msgs", "recv_msgs"):
+            setattr(self.traffic, field, getattr(self.traffic, field) + getattr(t, field))
+        return result
+
     def _gather(self, unit) -> None:
         with trace.span(f"all-gather {unit.label}", lane="comm"):
-            unit.gather()
+            self._counted(unit.gather)
 
     def prefetch(self, unit) -> None:
         """Start ``unit``'s all-gather on the communication thread, unless it is there."""
@@ -167,7 +178,7 @@ class Root:
 
     def _reduce(self, unit, grads):
         with trace.span(f"reduce-scatter {unit.label}", lane="comm"):
-            return unit.reduce(grads)
+            return self._counted(unit.reduce, grads)
 
     def _finish_backward(self) -> None:
         with trace.span("wait reduce-scatters", lane="compute"):

@@ -7,6 +7,8 @@
   chunk of each full tensor into its shard (any world size can load what another saved).
 * ``sharded_bytes(model)`` — bytes this rank holds in shards, their gradients, and full
   parameters gathered right now: FSDP's memory, read from the tensors.
+* ``traffic(model)`` — bytes and messages this rank's all-gathers and reduce-scatters
+  moved so far (a running total; subtract two readings for one step).
 
 ``model.state_dict()`` itself holds this rank's shards (loads back into the same world).
 
@@ -15,9 +17,12 @@ Test: ``pytest tests/test_fsdp.py -k state``
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
+from minidp.comm import Traffic
 from minidp.fsdp import shard
 from minidp.fsdp.wrap import unit_of
 
@@ -64,6 +69,12 @@ def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> No
     for name, buf in model.named_buffers():
         if name in state:
             buf.copy_(state[name])
+
+
+def traffic(model: nn.Module) -> Traffic:
+    """What this rank's FSDP collectives moved since the first forward (a running total)."""
+    root = _units(model)[0][1].root
+    return dataclasses.replace(root.traffic) if root is not None else Traffic()
 
 
 def sharded_bytes(model: nn.Module) -> dict[str, int]:
