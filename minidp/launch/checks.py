@@ -100,8 +100,8 @@ def check_main_guard(launcher: str) -> None:
         if code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
             break
         frame = frame.f_back
-    if frame is None or path is None or not os.path.samefile(frame.f_code.co_filename, path):
-        return
+    if frame is None or path is None or not _same_file(frame.f_code.co_filename, path):
+        return  # not the main script's top level (a notebook cell's "file" does not exist)
     line = frame.f_lineno
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
@@ -114,6 +114,13 @@ def check_main_guard(launcher: str) -> None:
         f'without `if __name__ == "__main__":` — every rank process re-imports the script '
         f"and would start ranks again; move the call under that guard"
     )
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # e.g. a notebook cell, compiled from a file name that does not exist
+        return False
 
 
 def _is_main_test(test: ast.expr) -> bool:
