@@ -18,6 +18,8 @@ typed in by hand. One file per picture, each with ``draw(out, quick) -> path``:
   on 2 rank processes: backward, gradient-ready hooks, bucket all-reduces overlapping the
   backward;
 * ``bucket_sweep.py`` → ``bucket_sweep.png``: DDP step time against ``bucket_cap_mb``.
+* ``memory_stages.py`` → ``memory_stages.png``: bytes of weights, gradients and optimizer
+  state per rank after one AdamW step of DDP, ZeRO-1, ZeRO-2 and FSDP (2 and 4 ranks).
 
 Shared: ``common.py`` (colours, pyplot, saving), ``workloads.py`` (models, training loop).
 
@@ -36,7 +38,14 @@ from pathlib import Path
 
 import torch
 
-from minidp.diagrams import bucket_sweep, ddp_timeline, dp_pipeline, ring_steps, traffic
+from minidp.diagrams import (
+    bucket_sweep,
+    ddp_timeline,
+    dp_pipeline,
+    memory_stages,
+    ring_steps,
+    traffic,
+)
 
 DIAGRAMS: dict[str, tuple[Callable[[Path, bool], Path], str | None, str]] = {
     # name: (function, package it needs or None, what it shows)
@@ -45,6 +54,7 @@ DIAGRAMS: dict[str, tuple[Callable[[Path, bool], Path], str | None, str]] = {
     "dp": (dp_pipeline.draw, "minidp.dp", "one traced DataParallel step, bytes per device"),
     "ddp": (ddp_timeline.draw, "minidp.ddp", "one traced DDP step on 2 ranks, overlap on/off"),
     "sweep": (bucket_sweep.draw, "minidp.ddp", "DDP step time vs bucket_cap_mb (2 ranks)"),
+    "memory": (memory_stages.draw, "minidp.zero", "per-rank bytes by stage (DDP, ZeRO, FSDP)"),
 }
 
 
