@@ -179,11 +179,14 @@ def _sleep_long(rank, world):
     time.sleep(60)
 
 
-def ctrl_c_during(during: str) -> str:
+def ctrl_c_during(during: str) -> BaseException | None:
     """Send this process a real SIGINT while ranks start ("start-up", 2 ranks) or run ("run",
-    1 rank), and catch it as a notebook does. Returns what was caught.
+    1 rank), and catch it as a notebook does. Returns the exception caught (or None).
 
-    A SIGINT arriving after the call returned is ignored, not raised elsewhere.
+    The caller holds the exception, and with it the traceback and the world: a notebook
+    keeps the last one too, so the world is not garbage-collected and only the
+    launcher's own clean-up can have ended its ranks. A SIGINT arriving after the call
+    returned is ignored, not raised elsewhere.
     """
     before = child_processes()
     inside, running = threading.Event(), threading.Event()
@@ -208,18 +211,19 @@ def ctrl_c_during(during: str) -> str:
         presser.start()
         if during == "start-up":
             ProcessWorld(2).close()
-        else:
-            with ProcessWorld(1) as world:
-                running.set()
-                world.run(_sleep_long)
-    except KeyboardInterrupt:
-        return "KeyboardInterrupt"
+        else:  # no with-block: as typed in a notebook cell, run() must clean up itself
+            world = ProcessWorld(1)
+            running.set()
+            world.run(_sleep_long)
+            world.close()
+    except KeyboardInterrupt as exc:
+        return exc
     finally:
         inside.clear()
         running.set()
         presser.join()
         signal.signal(signal.SIGINT, old)
-    return "nothing"
+    return None
 
 
 # ---- rank functions -------------------------------------------------------------------
@@ -266,7 +270,8 @@ def _dp(case: str) -> None:
 
 
 def _caught(results: list) -> str:
-    return "clear: caught, no rank left" if results == ["KeyboardInterrupt"] else "NOT RAISED"
+    caught = isinstance(results[0], KeyboardInterrupt)
+    return "clear: KeyboardInterrupt caught, no rank left" if caught else "NOT RAISED"
 
 
 def _nothing_left(results: list) -> str:
