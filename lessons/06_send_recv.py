@@ -138,3 +138,14 @@ if __name__ == "__main__":
         kit.check(f"rank {r} got rank {int(left)}'s tensor", got, torch.full((3,), left))
         kit.check_true(f"rank {r} traffic: 12 bytes out, 12 in", (sent_b, recv_b) == (12, 12))
     kit.done()
+
+# %% [markdown]
+# ## Your turn
+# Write the ring pass — every rank sends to its right neighbour and receives
+# from its left at the same time, without the deadlock above: edit `lessons/exercises/ring_pass.py`, then check it against
+# torch.distributed: `python -m minidp exercise check ring_pass`
+
+# %%
+if __name__ == "__main__":
+    print("\nExercise: edit lessons/exercises/ring_pass.py, then check it against torch:")
+    print("  python -m minidp exercise check ring_pass")

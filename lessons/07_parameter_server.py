@@ -133,3 +133,13 @@ if __name__ == "__main__":
         f"n={n}: every rank holds the same bits", [r["out"] for r in res], [res[0]["out"]] * n
     )
     kit.done()
+
+# %% [markdown]
+# ## Your turn
+# Write the parameter server's all-reduce through rank 0: edit `lessons/exercises/naive_all_reduce.py`, then check it against
+# torch.distributed: `python -m minidp exercise check naive_all_reduce`
+
+# %%
+if __name__ == "__main__":
+    print("\nExercise: edit lessons/exercises/naive_all_reduce.py, then check it against torch:")
+    print("  python -m minidp exercise check naive_all_reduce")

@@ -18,11 +18,16 @@
 # rank reads its own: 60% / 30% / 10% of the 1000 points.
 
 # %%
+import inspect
+
 import kit
 import torch
 import torch.distributed as dist
 
-from minidp.comm import all_gather, all_reduce, broadcast
+import minidp
+from minidp.comm import all_gather, all_reduce, broadcast, textbook
+from minidp.comm import group as groups
+from minidp.exercise import reference
 
 WORLD = 3
 N_TEST = kit.pick(1000, 100)
@@ -109,6 +114,52 @@ if __name__ == "__main__":
     res = kit.spawn(evaluate, WORLD, state)
 
 # %% [markdown]
+# ## all_gather and broadcast in code
+# The textbook versions from `minidp/comm/textbook.py`, printed from the real module:
+# all_gather is the all-gather half of the ring (lesson 8); broadcast is a binomial tree.
+# Both only copy, so they must equal gloo's bit for bit on any dtype.
+
+# %%
+TEXTBOOK_SHOWN = (textbook.all_gather, textbook.broadcast)
+
+
+def textbook_vs_gloo(rank: int, world: int) -> dict:
+    g = groups.resolve()
+    x = torch.randn(5, generator=torch.Generator().manual_seed(rank))
+    ours = [torch.empty(5) for _ in range(world)]
+    textbook.all_gather(ours, x)
+    # gloo's own all_gather and broadcast: a thread rank's group is not registered with
+    # torch.distributed, so call its methods, as torch.distributed does underneath
+    theirs = reference.all_gather(x, g)
+    b_ours, b_theirs = x.clone(), x.clone()
+    textbook.broadcast(b_ours, src=world - 1)
+    reference.broadcast(b_theirs, world - 1, g)
+    return {"gather": (ours, theirs), "bcast": (b_ours, b_theirs)}
+
+
+if __name__ == "__main__":
+    for fn in TEXTBOOK_SHOWN:
+        print(inspect.getsource(fn))
+    print(
+        "The faithful versions in minidp.comm add the cross-rank agreement check, and\n"
+        "all_gather sends 1 MiB segments through the pipelined ring_pass; minidp.comm.broadcast\n"
+        "is flat (the root sends to every rank: n-1 messages from one rank), the tree\n"
+        "needs ceil(log2 n) rounds."
+    )
+    for n in (3, 5):
+        out = minidp.launch.run_threads(textbook_vs_gloo, n)
+        kit.check(
+            f"textbook.all_gather vs torch.distributed.all_gather, {n} ranks",
+            [r["gather"][0] for r in out],
+            [r["gather"][1] for r in out],
+        )
+        kit.check(
+            f"textbook.broadcast (tree, src={n - 1}) vs torch.distributed.broadcast, {n} ranks",
+            [r["bcast"][0] for r in out],
+            [r["bcast"][1] for r in out],
+        )
+
+# %% [markdown]
 # ## Checks against one process and against torch.distributed
 # The single-process evaluation on the full test set is the truth. (The mean of
 # accuracies is only slightly off here because the three shards score alike; with
@@ -148,3 +199,16 @@ if __name__ == "__main__":
         [r["decision_torch"] for r in res],
     )
     kit.done()
+
+# %% [markdown]
+# ## Your turn
+# Write them yourself in `lessons/exercises/` and check each against torch.distributed:
+# `python -m minidp exercise check all_gather`, `... broadcast`, and `... average_metric`
+# (the mean of a metric over shards of different sizes, without the mean-of-means trap).
+
+# %%
+if __name__ == "__main__":
+    print("\nExercises: edit the stubs in lessons/exercises/, then check them against torch:")
+    print("  python -m minidp exercise check all_gather")
+    print("  python -m minidp exercise check broadcast")
+    print("  python -m minidp exercise check average_metric")

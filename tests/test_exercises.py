@@ -22,10 +22,28 @@ WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
 
 # (exercise, file tests/exercise_wrong/NAME__WHAT.py, the mistake its hint must name)
 WRONG = [
+    ("ring_pass", "wrong_direction", "wrong direction"),
+    ("ring_pass", "returns_own", "returned your own tensor"),
+    ("naive_all_reduce", "only_root", "only rank 0 has the sum"),
+    ("naive_all_reduce", "averaged", "averaged instead of summed"),
+    ("naive_all_reduce", "forgot_root", "rank 0's own value left out"),
     ("ring_all_reduce", "no_allgather", "forgot the all-gather"),
     ("ring_all_reduce", "gather_wrong_chunk", "chunks in the wrong place"),
+    ("reduce_scatter", "wrong_chunk", "kept the wrong chunk"),
+    ("reduce_scatter", "no_reduce", "not reduced"),
+    ("all_gather", "by_step", "entries in the wrong order"),
+    ("all_gather", "own_missing", "own entry missing"),
+    ("broadcast", "ignores_src", "ignored src"),
+    ("broadcast", "not_in_place", "not in place"),
+    ("average_metric", "mean_of_means", "mean of means"),
+    ("average_metric", "local_only", "local mean only"),
 ]
-DEADLOCKS = [("ring_all_reduce", "blocking_send", 14)]  # (exercise, file, line it waits at)
+# (exercise, file, the line every rank is stuck at, rank 0's counters there): blocking
+# sends on every rank
+DEADLOCKS = [
+    ("ring_pass", "blocking_send", 13, "(rank=0, world=2)"),
+    ("ring_all_reduce", "blocking_send", 14, "(rank=0, world=2, step=0, send_c=1, recv_c=0)"),
+]
 
 
 def _ids(e):
@@ -59,7 +77,8 @@ def test_untouched_stub_is_not_implemented_yet(exercise):
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=_ids)
 def test_every_exercise_has_wrong_solutions_and_a_lesson(exercise):
-    assert sum(name == exercise.name for name, _, _ in WRONG + DEADLOCKS) >= 2
+    wrong = [row[0] for row in WRONG + DEADLOCKS]
+    assert wrong.count(exercise.name) >= 2, f"{exercise.name}: add 2 wrong solutions to WRONG"
     lesson = Path(exercise.stub).parents[1] / f"{exercise.lesson}.py"
     assert lesson.is_file(), lesson
     assert f"exercise check {exercise.name}" in lesson.read_text()
@@ -77,8 +96,8 @@ def test_classic_wrong_solution_fails_with_its_hint(name, what, mistake):
     assert rep.failure.case["world"] <= first.case["world"]
 
 
-@pytest.mark.parametrize("name,what,line", DEADLOCKS)
-def test_deadlock_ends_within_the_deadline_naming_ranks_and_line(name, what, line):
+@pytest.mark.parametrize("name,what,line,counters", DEADLOCKS)
+def test_deadlock_ends_within_the_deadline_naming_ranks_and_line(name, what, line, counters):
     t0 = time.monotonic()
     rep = check(find(name), WRONG_DIR / f"{name}__{what}.py", deadline=1.5, generated=0)
     elapsed = time.monotonic() - t0
@@ -86,7 +105,8 @@ def test_deadlock_ends_within_the_deadline_naming_ranks_and_line(name, what, lin
     text = printer.summary(rep)
     assert "did not finish within 1.5s" in text
     assert f"rank 0 still running, at line {line}:" in text and "rank 1 still running" in text
-    assert "step=0" in text  # the loop counter: which step it is stuck in
+    assert counters in text  # rank 0's loop counters there: which step it is stuck in
+    assert "hint (blocking sends)" in text
     assert elapsed < 15, f"a deadlock must end promptly, took {elapsed:.1f}s"
 
 

@@ -7,10 +7,18 @@ Test: ``pytest tests/test_exercises.py``
 
 from __future__ import annotations
 
-from minidp.exercise import comm_ring
+from minidp.exercise import comm_metrics, comm_p2p, comm_ring
 from minidp.exercise.spec import Exercise
 
-EXERCISES: tuple[Exercise, ...] = (comm_ring.RING_ALL_REDUCE,)
+EXERCISES: tuple[Exercise, ...] = (
+    comm_p2p.RING_PASS,
+    comm_p2p.NAIVE_ALL_REDUCE,
+    comm_ring.RING_ALL_REDUCE,
+    comm_ring.REDUCE_SCATTER,
+    comm_metrics.ALL_GATHER,
+    comm_metrics.BROADCAST,
+    comm_metrics.AVERAGE_METRIC,
+)
 
 
 def find(name: str) -> Exercise:

@@ -1,4 +1,4 @@
-"""Exercises on the ring (lesson 8): the ring all-reduce and its two halves.
+"""Exercises on the ring (lesson 8): the ring all-reduce and its reduce-scatter half.
 
 Every rank's input is small integers (``spec.small_ints``), so the learner may add in any
 order and a right answer still equals gloo's bit for bit (``torch.equal``).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from minidp.exercise import reference
-from minidp.exercise.spec import Exercise, Mistake, Result, compare, small_ints
+from minidp.exercise.spec import Exercise, Mistake, Result, everywhere, same, small_ints
 
 DTYPES = ("int64", "float32", "float64", "float16", "bfloat16", "int32", "int8", "uint8")
 
@@ -47,17 +47,7 @@ CASES = (
 # ----------------------------------------------------------------------------- detectors
 
 
-def _same(a, b) -> bool:
-    return compare(a, b, None) is None
-
-
-def _everywhere(results: list[Result], test) -> bool:
-    """``test(result)`` on every rank, and the answer is wrong somewhere."""
-    wrong = any(not _same(r.got, r.expected) for r in results)
-    return wrong and all(test(r) for r in results)
-
-
-def _permuted(r: Result) -> bool:
+def _permuted(rank: int, r: Result) -> bool:
     """Every right value is there, but some in the wrong place."""
     got, exp = r.got.reshape(-1), r.expected.reshape(-1)
     return torch.equal(got.sort().values, exp.sort().values)
@@ -70,13 +60,13 @@ def _partly_right(results: list[Result]) -> bool:
     return len(results) > 1 and bool(union.all()) and not any(bool(m.all()) for m in right)
 
 
-def _unchanged(r: Result) -> bool:
-    return _same(r.got, r.extra["input"])
+def _unchanged(rank: int, r: Result) -> bool:
+    return same(r.got, r.extra["input"])
 
 
-def _returned_copy(r: Result) -> bool:
+def _returned_copy(rank: int, r: Result) -> bool:
     returned = r.extra.get("returned")
-    return returned is not r.got and _same(returned, r.expected) and _unchanged(r)
+    return returned is not r.got and same(returned, r.expected) and _unchanged(rank, r)
 
 
 def _one_piece_too_many(results: list[Result]) -> bool:
@@ -96,13 +86,13 @@ IN_PLACE = Mistake(
     "the answer must be written into `tensor` itself (in place), like "
     "torch.distributed.all_reduce: use tensor.copy_(result) or in-place ops (+=, add_, "
     "torch.add(..., out=...)) on views of tensor.",
-    lambda case, results: _everywhere(results, _returned_copy),
+    lambda case, results: everywhere(results, _returned_copy),
 )
 UNCHANGED = Mistake(
     "tensor unchanged",
     "every rank still holds its own input: nothing was added in. Did the loop run "
     "(range(world - 1)), and do you add the received buffer into your chunk?",
-    lambda case, results: case["world"] > 1 and _everywhere(results, _unchanged),
+    lambda case, results: case["world"] > 1 and everywhere(results, _unchanged),
 )
 
 
@@ -130,7 +120,7 @@ RING_ALL_REDUCE = Exercise(
             "every rank has all the right sums, but some chunks sit at the wrong offset: in "
             "the all-gather, receive chunk (rank - step - 1) % world into *that* chunk's "
             "slice, and send the one you finished or received last.",
-            lambda case, results: _everywhere(results, _permuted),
+            lambda case, results: everywhere(results, _permuted),
         ),
         Mistake(
             "forgot the all-gather",
@@ -145,6 +135,56 @@ RING_ALL_REDUCE = Exercise(
             "world steps instead of world-1, or the all-gather *adds* the chunk it receives "
             "instead of copying it.",
             lambda case, results: _one_piece_too_many(results),
+        ),
+    ),
+)
+
+
+# ----------------------------------------------------------------------------- reduce-scatter
+
+
+def _run_reduce_scatter(fn, case, rank, world, group) -> Result:
+    inputs = [small_ints(case, rank, salt=c) for c in range(world)]  # input_list, rank-local
+    expected = reference.reduce_scatter([t.clone() for t in inputs], group)
+    output = torch.full_like(inputs[0], 77)  # 77: a value no right answer can hold
+    fn(output, [t.clone() for t in inputs], group)
+    return Result(got=output, expected=expected, extra={"inputs": inputs})
+
+
+def _kept_other_chunk(results: list[Result]) -> bool:
+    """Every rank holds a finished sum, but of another rank's piece."""
+    world = len(results)
+    sums = [sum(r.extra["inputs"][c] for r in results) for c in range(world)]  # (world,) sums
+    return world > 1 and all(
+        any(same(r.got, sums[c]) for c in range(world) if c != rank) and not same(r.got, sums[rank])
+        for rank, r in enumerate(results)
+    )
+
+
+REDUCE_SCATTER = Exercise(
+    name="reduce_scatter",
+    lesson="08_ring_all_reduce",
+    summary="reduce-scatter: rank r ends with input_list[r] summed over all ranks",
+    reference="torch.distributed.reduce_scatter (gloo; before torch 2.8 one all_reduce per "
+    "input), torch.equal",
+    run_rank=_run_reduce_scatter,
+    cases=CASES,
+    strategy=comm_cases,
+    mistakes=(
+        Mistake(
+            "kept the wrong chunk",
+            "each rank holds a fully summed chunk, but not its own: rank r must end with "
+            "input_list[r] summed. In the ring, send piece (rank - step - 1) % world at step "
+            "s, so that the last piece you receive and add is piece `rank`.",
+            lambda case, results: _kept_other_chunk(results),
+        ),
+        Mistake(
+            "not reduced",
+            "output is just this rank's own input_list[rank]: the other ranks' pieces were "
+            "never added. Each step, add the partial sum you receive into your piece.",
+            lambda case, results: everywhere(
+                results, lambda rank, r: same(r.got, r.extra["inputs"][rank])
+            ),
         ),
     ),
 )

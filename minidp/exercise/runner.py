@@ -13,6 +13,7 @@ Test: ``pytest tests/test_exercises.py``
 from __future__ import annotations
 
 import importlib.util
+import re
 import time
 import traceback
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from minidp.exercise.process_world import shared_ranks
 from minidp.exercise.spec import Case, Exercise, Mistake, Result, compare, simpler
 from minidp.exercise.world import ThreadWorld
 
@@ -27,6 +29,11 @@ DEADLINE_S = 6.0  # per case: a deadlock is reported after this, naming ranks an
 GENERATED = 12  # generated cases after the fixed ones
 SHRINK_BUDGET_S = 20.0  # shrinking stops after this long or this many tries
 SHRINK_TRIES = 60
+BLOCKING_SENDS = (
+    "hint (blocking sends): every stuck rank waits in a blocking send, and a send completes "
+    "only once its receiver has posted the receive. Start the send with p2p.isend(...), "
+    "then recv, then .wait() the send (or let one side receive first)."
+)
 
 
 @dataclass
@@ -87,7 +94,15 @@ def load(path: Path, name: str) -> Callable:
     return fn
 
 
+def _type(exc: BaseException) -> str:
+    return getattr(exc, "type_name", type(exc).__name__)  # a rank process's: its own type
+
+
 def _learner_line(exc: BaseException, path: str) -> str:
+    """`` (line N: code)``: the deepest line of the learner's file in the traceback."""
+    if hasattr(exc, "traceback_text"):  # from a rank process: only the text is left
+        hits = re.findall(rf'File "{re.escape(path)}", line (\d+).*\n\s*(.*)', exc.traceback_text)
+        return f" (line {hits[-1][0]}: {hits[-1][1].strip()})" if hits else ""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
     return f" (line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
 
@@ -104,27 +119,38 @@ class Checker:
         self.path = Path(path).resolve()
         self.deadline = deadline
         self.fn = load(self.path, exercise.name)
-        self._worlds: dict[int, ThreadWorld] = {}
+        self._worlds: dict = {}  # world size -> ThreadWorld or ProcessRanks
 
-    def run_case(self, case: Case) -> Outcome:
-        size = case["world"]
+    def _world(self, size: int):
         world = self._worlds.get(size)
         if world is None or world.broken:
-            world = self._worlds[size] = ThreadWorld(size, timeout=self.deadline + 1.0)
-        run = world.run(partial(_job, self.exercise.run_rank, self.fn, case), self.deadline,
-                        focus=str(self.path))  # fmt: skip
+            kind = shared_ranks if self.exercise.processes else ThreadWorld
+            world = self._worlds[size] = kind(size, timeout=self.deadline + 1.0)
+            if self.exercise.prepare is not None:  # slow first uses, outside the deadline
+                world.prepare(self.exercise.prepare)
+        return world
+
+    def run_case(self, case: Case) -> Outcome:
+        world = self._world(case["world"])
+        if self.exercise.processes:
+            run = world.run(self.exercise.name, str(self.path), case, self.deadline)
+        else:
+            job = partial(_job, self.exercise.run_rank, self.fn, case)
+            run = world.run(job, self.deadline, focus=str(self.path))
         if run.stuck:
             lines = [f"rank {r} still running, at {where}" for r, where in run.stuck.items()]
-            lines += [f"rank {r} raised {type(e).__name__}: {e}" for r, e in run.errors.items()]
+            lines += [f"rank {r} raised {_type(e)}: {e}" for r, e in run.errors.items()]
             head = f"ranks {sorted(run.stuck)} did not finish within {self.deadline:g}s"
             hint = " — a deadlock: a send nobody receives, or a recv nobody sends to?"
+            if all(".send(" in where for where in run.stuck.values()):
+                lines.append(BLOCKING_SENDS)
             return Outcome(case, "stuck", "\n".join([head + hint, *lines]))
         if run.errors:
             rank, exc = run.root_error()
-            if isinstance(exc, NotImplementedError):
+            what = _type(exc)
+            if what == "NotImplementedError":
                 return Outcome(case, "todo", "not implemented yet")
             where = _learner_line(exc, str(self.path))
-            what = type(exc).__name__
             return Outcome(case, "error", f"rank {rank} raised {what}: {exc}{where}", error=what)
         results: list[Result] = run.values
         tol = self.exercise.tolerance(case) if self.exercise.tolerance else None
@@ -153,7 +179,7 @@ class Checker:
         improved = True
         while improved and time.monotonic() < end and tries < SHRINK_TRIES:
             improved = False
-            for candidate in simpler(best.case):
+            for candidate in (self.exercise.shrink or simpler)(best.case):
                 tries += 1
                 o = self.run_case(candidate)
                 if o.same_failure(best):
@@ -163,7 +189,7 @@ class Checker:
 
     def close(self) -> None:
         for world in self._worlds.values():
-            if not world.broken:
+            if not world.broken and not self.exercise.processes:  # processes are shared
                 world.close()
 
 
@@ -193,7 +219,8 @@ def check(
         failed = None
         for case in exercise.cases:
             o = record(checker.run_case(case))
-            if not o.passed and failed is None:
+            # shrink the first failure, or the first whose classic mistake was recognised
+            if not o.passed and (failed is None or (o.mistake and not failed.mistake)):
                 failed = o
             if o.status in ("todo", "stuck"):
                 break  # nothing more to learn from further cases, only time to lose

@@ -62,6 +62,12 @@ class Exercise:
             compares with ``torch.equal``.
         processes: run on real rank processes (``ProcessWorld``) instead of thread ranks
             (needed e.g. for torch DDP, which wants a full ProcessGroup).
+        shrink: ``case -> smaller cases`` for shrinking, where :func:`simpler` (world,
+            shape, dtype, seed, rank-valued keys) does not fit the case's keys.
+        prepare: ``(rank, world_size) -> None``, run once on every new world before its
+            first case, outside the case deadline: slow first uses (torch DDP and
+            optimizers import ``torch._dynamo``, seconds) must not read as a deadlock.
+            Module-level, so rank processes can receive it.
     """
 
     name: str
@@ -74,6 +80,8 @@ class Exercise:
     mistakes: tuple[Mistake, ...] = ()
     tolerance: Callable[[Case], tuple[float, float]] | None = None
     processes: bool = False
+    shrink: Callable[[Case], Iterable[Case]] | None = None
+    prepare: Callable[[int, int], None] | None = None
 
     @property
     def stub(self) -> Path:
@@ -111,10 +119,16 @@ def small_ints(case: Case, rank: int, salt: int = 0) -> torch.Tensor:
     return torch.randint(low, 4, shape, generator=g).to(dtype)
 
 
+RANK_KEYS = ("src", "dst", "root")  # case keys holding a rank: kept below the world size
+
+
 def simpler(case: Case) -> Iterable[Case]:
     """Candidate cases smaller than ``case``, most promising first (for shrinking)."""
     for w in range(1, case.get("world", 1)):
-        yield {**case, "world": w}
+        yield {**case, "world": w, **{k: min(case[k], w - 1) for k in RANK_KEYS if k in case}}
+    for k in RANK_KEYS:
+        if case.get(k, 0) > 0:
+            yield {**case, k: 0}
     shape = tuple(case.get("shape", ()))
     for i, n in enumerate(shape):
         for smaller in sorted({0, 1, n // 2, n - 1}):
@@ -166,3 +180,14 @@ def compare(got: Any, expected: Any, tol: tuple[float, float] | None) -> str | N
         exp_t = torch.tensor(expected, dtype=torch.float64)
         return compare(got_t, exp_t, tol)
     return None if got == expected else "values differ"
+
+
+def same(a: Any, b: Any) -> bool:
+    """Bit-for-bit the same answer (for mistake detectors)."""
+    return compare(a, b, None) is None
+
+
+def everywhere(results: list[Result], test: Callable[[int, Result], bool]) -> bool:
+    """The answer is wrong somewhere, and ``test(rank, result)`` holds on every rank."""
+    wrong = any(not same(r.got, r.expected) for r in results)
+    return wrong and all(test(rank, r) for rank, r in enumerate(results))

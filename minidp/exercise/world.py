@@ -92,6 +92,10 @@ class ThreadWorld:
                     _abort(self.groups[rank])  # peers waiting on me fail now, not at timeout
                     self._outbox.put((rank, False, exc))
 
+    def prepare(self, fn: Callable[[int, int], None]) -> None:
+        """``fn(rank, size)`` once, here: thread ranks share this process's imports."""
+        fn(0, self.size)
+
     def run(self, job: Callable[[int, int, Any], Any], deadline: float, focus: str = "") -> Run:
         """Run ``job`` on every rank; give up ``deadline`` seconds after the start.
 
@@ -103,8 +107,7 @@ class ThreadWorld:
             box.put(job)
         run = Run(values=[None] * self.size)
         pending = set(range(self.size))
-        start = time.monotonic()
-        end = start + deadline
+        end = time.monotonic() + deadline
         while pending:
             try:
                 rank, ok, value = self._outbox.get(timeout=max(end - time.monotonic(), 0.0))
@@ -119,21 +122,27 @@ class ThreadWorld:
         for rank in sorted(pending):
             run.stuck[rank] = where(self._threads[rank], focus)
         if not run.ok:
-            self.close()
-        # A rank blocked inside gloo is not woken by abort; gloo's own timeout (just past
-        # the deadline) ends it. Wait for that: a thread left blocked in C++ would abort
-        # the interpreter at exit. (A rank spinning in Python is left behind, daemon.)
-        for rank in run.stuck:
-            self._threads[rank].join(max(start + self.timeout + 1.0 - time.monotonic(), 0.0))
+            self.close(failed=True)
         return run
 
-    def close(self) -> None:
-        """Stop the rank threads (a thread stuck in the learner's Python is left, daemon)."""
+    def close(self, failed: bool = False) -> None:
+        """Stop the rank threads and wait for them.
+
+        After a failure the groups are aborted first, so ranks waiting on a peer fail
+        now. A rank blocked inside gloo is not woken by abort; gloo's own timeout (just past
+        the job deadline) ends it, so wait that long: a thread left blocked in C++ aborts the
+        interpreter at exit. A rank spinning in the learner's Python is left behind (daemon).
+        """
         self.broken = True
-        for g in self.groups:
-            _abort(g)
+        if failed:
+            for g in self.groups:
+                _abort(g)
         for box in self._inbox:
             box.put(None)
+        end = time.monotonic() + self.timeout + 1.0
+        for t in self._threads:
+            t.join(max(end - time.monotonic(), 0.0))
+        self.groups = [None] * self.size  # destroy the groups here, not at interpreter exit
 
 
 def where(thread: threading.Thread, focus: str) -> str:
