@@ -19,6 +19,7 @@ EXPECTED = [
     "dp_pipeline.png",
     "ddp_timeline.png",
     "bucket_sweep.png",
+    "fsdp_timeline.png",
     "memory_stages.png",
 ]
 REPO = Path(__file__).resolve().parents[1]

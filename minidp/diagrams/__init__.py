@@ -17,7 +17,9 @@ typed in by hand. One file per picture, each with ``draw(out, quick) -> path``:
 * ``ddp_timeline.py`` → ``ddp_timeline.png``: one ``minidp.DistributedDataParallel`` step
   on 2 rank processes: backward, gradient-ready hooks, bucket all-reduces overlapping the
   backward;
-* ``bucket_sweep.py`` → ``bucket_sweep.png``: DDP step time against ``bucket_cap_mb``.
+* ``bucket_sweep.py`` → ``bucket_sweep.png``: DDP step time against ``bucket_cap_mb``;
+* ``fsdp_timeline.py`` → ``fsdp_timeline.png``: one ``minidp.fully_shard`` step on 2 rank
+  processes: each unit's all-gather prefetched while the previous unit computes.
 * ``memory_stages.py`` → ``memory_stages.png``: bytes of weights, gradients and optimizer
   state per rank after one AdamW step of DDP, ZeRO-1, ZeRO-2 and FSDP (2 and 4 ranks).
 
@@ -42,6 +44,7 @@ from minidp.diagrams import (
     bucket_sweep,
     ddp_timeline,
     dp_pipeline,
+    fsdp_timeline,
     memory_stages,
     ring_steps,
     traffic,
@@ -54,6 +57,7 @@ DIAGRAMS: dict[str, tuple[Callable[[Path, bool], Path], str | None, str]] = {
     "dp": (dp_pipeline.draw, "minidp.dp", "one traced DataParallel step, bytes per device"),
     "ddp": (ddp_timeline.draw, "minidp.ddp", "one traced DDP step on 2 ranks, overlap on/off"),
     "sweep": (bucket_sweep.draw, "minidp.ddp", "DDP step time vs bucket_cap_mb (2 ranks)"),
+    "fsdp": (fsdp_timeline.draw, "minidp.fsdp", "one traced FSDP step on 2 ranks, prefetch"),
     "memory": (memory_stages.draw, "minidp.zero", "per-rank bytes by stage (DDP, ZeRO, FSDP)"),
 }
 
