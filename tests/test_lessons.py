@@ -2,10 +2,12 @@
 
 Run: ``pytest tests/test_lessons.py`` (about a minute on 2 cores).
 
-The lessons are started all at once, two at a time (``MINIDP_LESSON_FAST=1``, each a
-subprocess exactly as a learner runs it: ``python lessons/NN_name.py``); each test then
-waits for its own lesson. A lesson passes when it exits 0 and prints "All N checks
-passed." — its checks assert, so a failing comparison with torch fails the lesson.
+The lessons are started all at once, two at a time (``MINIDP_LESSON_FAST=1``), each twice:
+as a subprocess exactly as a learner runs it (``python lessons/NN_name.py``), and as a
+notebook (jupytext converts the ``# %%`` cells, nbclient executes them in a Jupyter kernel:
+``tests/scripts/run_notebook.py``); each test then waits for its own run. A lesson passes
+when it exits 0 and prints "All N checks passed." — its checks assert, so a failing
+comparison with torch fails the lesson.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 
 LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
 LESSONS = sorted(p.name for p in LESSONS_DIR.glob("[0-9][0-9]_*.py"))
+NOTEBOOK_RUNNER = Path(__file__).resolve().parent / "scripts" / "run_notebook.py"
 PARALLEL = 2  # the machine has 2 cores; multi-rank lessons start their own processes
 TIMEOUT_S = 240
 
@@ -50,28 +53,44 @@ def _run(argv: list[str], stdin: str | None = None) -> tuple[int, str, float]:
 
 
 @pytest.fixture(scope="module")
-def lesson_runs():
-    """Start every lesson now; tests collect the results one by one."""
+def lesson_runs(request):
+    """Start the selected lessons now (scripts, then notebooks); tests collect the results."""
+    wanted = {  # only what this session will check: "-k 08_" runs one lesson, not all
+        (item.callspec.params["how"], item.callspec.params["name"])
+        for item in request.session.items
+        if item.originalname == "test_lesson_runs_and_checks_pass"
+    }
     pool = ThreadPoolExecutor(max_workers=PARALLEL)
     # the longest lessons first, so the pool is not left waiting on one at the end
     order = sorted(LESSONS, key=lambda name: not name.startswith(("17", "05", "10", "06")))
-    runs: dict[str, Future] = {name: pool.submit(_run, [sys.executable, name]) for name in order}
+    argv = {
+        "script": lambda name: [sys.executable, name],
+        # jupytext converts the # %% cells, nbclient runs them in a Jupyter kernel
+        "notebook": lambda name: [sys.executable, str(NOTEBOOK_RUNNER), name],
+    }
+    runs: dict[tuple[str, str], Future] = {
+        (how, name): pool.submit(_run, argv[how](name))
+        for how in argv
+        for name in order
+        if (how, name) in wanted
+    }
     yield runs
     pool.shutdown(wait=True)
 
 
 def test_every_lesson_is_here():
-    assert len(LESSONS) == 17, LESSONS
-    assert [int(name[:2]) for name in LESSONS] == list(range(1, 18))
+    numbers = [int(name[:2]) for name in LESSONS]
+    assert numbers == list(range(1, len(LESSONS) + 1)), f"lessons are not numbered 1..N: {LESSONS}"
     readme = (LESSONS_DIR / "README.md").read_text()
     for name in LESSONS:
         assert name in readme, f"{name} is missing from lessons/README.md"
 
 
+@pytest.mark.parametrize("how", ["script", "notebook"])
 @pytest.mark.parametrize("name", LESSONS)
-def test_lesson_runs_and_checks_pass(lesson_runs, name):
-    rc, out, seconds = lesson_runs[name].result()
-    assert rc == 0, f"{name} exited {rc} after {seconds:.1f}s:\n{out[-4000:]}"
+def test_lesson_runs_and_checks_pass(lesson_runs, name, how):
+    rc, out, seconds = lesson_runs[how, name].result()
+    assert rc == 0, f"{name} ({how}) exited {rc} after {seconds:.1f}s:\n{out[-4000:]}"
     assert "[fast mode]" in out
     done = re.search(r"All (\d+) checks passed\.", out)
     assert done and int(done.group(1)) >= 3, f"{name}: no final check summary:\n{out[-2000:]}"
@@ -86,12 +105,3 @@ def test_lesson_cells_are_notebook_cells():
         assert text.startswith("# %% [markdown]\n# # Lesson"), name
         assert text.count("# %%") >= 4, name
         assert "Run: `python lessons/" in text, name
-
-
-def test_a_multi_process_lesson_runs_without_a_file(lesson_runs):
-    """As in a notebook: the code arrives without a usable __file__; kit.spawn finds the
-    lesson on disk so the rank processes can import their function."""
-    code = (LESSONS_DIR / "12_distributed_sampler.py").read_text()
-    rc, out, _ = _run([sys.executable, "-"], stdin=code)
-    assert rc == 0, out[-3000:]
-    assert "All 4 checks passed." in out
