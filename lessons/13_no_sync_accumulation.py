@@ -152,3 +152,13 @@ if __name__ == "__main__":
         f"max |rank 0 - rank 1| = {drift:.3g}",
     )
     kit.done()
+
+# %% [markdown]
+# ## Your turn
+# Accumulate over micro-batches with `no_sync` yourself; the checker counts the all-reduces
+# and compares the gradients with torch DDP's:
+# `python -m minidp exercise check no_sync_accumulation`.
+
+# %%
+if __name__ == "__main__":
+    print("Exercise: python -m minidp exercise check no_sync_accumulation")

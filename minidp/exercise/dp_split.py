@@ -1,0 +1,306 @@
+"""Exercises on DataParallel (lessons 2 and 3): scatter, gather, and one whole DP step.
+
+DataParallel is one process, so nothing here communicates: every rank of the world checks
+its own batch (its own seed), which only multiplies the cases. The references:
+
+* scatter / gather: torch's own ``torch.nn.parallel.scatter_gather`` code. It walks the
+  containers in Python and hands each tensor to the autograd Functions ``Scatter`` /
+  ``Gather``, which need CUDA; on CPU those two leaves are swapped, for the duration of
+  the call, for their documented CPU meaning (``Tensor.chunk`` / ``torch.cat``), exactly
+  as lesson 2 and ``tests/test_dp_scatter_gather.py`` do. ``torch.equal``.
+* the DP step: ``torch.nn.DataParallel`` on the same float64 model and batch. Without an
+  accelerator torch's wrapper is the plain module, so the per-chunk sums round
+  differently from its full-batch ones: float64 keeps that below 1e-13 relative, and the
+  tolerance (rtol 1e-10) is far tighter than any classic mistake.
+
+Test: ``pytest tests/test_exercises_dp_ddp.py -k "scatter or gather or data_parallel"``
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+
+import torch
+import torch.nn.parallel.scatter_gather as torch_sg
+from torch import nn
+
+from minidp.exercise.spec import Exercise, Mistake, Result, same
+
+_SWAP = threading.Lock()  # rank threads share torch's module: one swap at a time
+
+
+class _CpuScatter:  # torch's Scatter.apply(target_gpus, chunk_sizes, dim, tensor) on CPU
+    apply = staticmethod(lambda devices, sizes, dim, t: tuple(t.chunk(len(devices), dim)))
+
+
+class _CpuGather:  # torch's Gather.apply(target_device, dim, *tensors) on CPU
+    @staticmethod
+    def apply(device, dim, *tensors):
+        return torch.cat(tensors, dim)
+
+
+@contextlib.contextmanager
+def torch_scatter_gather_on_cpu():
+    """torch's scatter/gather container code, its two CUDA-only leaves run on CPU."""
+    with _SWAP:
+        saved = torch_sg.Scatter, torch_sg.Gather
+        torch_sg.Scatter, torch_sg.Gather = _CpuScatter, _CpuGather
+        try:
+            yield
+        finally:
+            torch_sg.Scatter, torch_sg.Gather = saved
+
+
+def _batch(case, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's batch: x (B, F) float32 and labels y (B,) in 0..2."""
+    g = torch.Generator().manual_seed(case.get("seed", 0) * 1009 + rank)
+    rows, features = case["shape"]
+    return torch.randn(rows, features, generator=g), torch.randint(0, 3, (rows,), generator=g)
+
+
+CASES = (  # batch 10 on 4 devices: 3,3,3,1; batch 5: 2,2,1 (3 devices); batch 3 on 5
+    {"world": 1, "shape": (10, 3), "devices": 4, "seed": 0},
+    {"world": 2, "shape": (8, 2), "devices": 4, "seed": 1},
+    {"world": 3, "shape": (5, 3), "devices": 4, "seed": 2},
+    {"world": 1, "shape": (7, 2), "devices": 3, "seed": 3},
+    {"world": 2, "shape": (3, 2), "devices": 5, "seed": 4},
+    {"world": 1, "shape": (6, 1), "devices": 1, "seed": 5},
+)
+
+
+def dp_cases():
+    """Hypothesis strategy: world 1..3, batch 1..12, 1..4 features, 1..6 devices."""
+    from hypothesis import strategies as st
+
+    return st.fixed_dictionaries(
+        {
+            "world": st.integers(1, 3),
+            "shape": st.tuples(st.integers(1, 12), st.integers(1, 4)),
+            "devices": st.integers(1, 6),
+            "seed": st.integers(0, 99),
+        }
+    )
+
+
+def shrink_dp(case):
+    """Smaller cases: fewer ranks, fewer rows (not below 1), fewer devices, seed 0."""
+    if case["world"] > 1:
+        yield {**case, "world": 1}
+    rows, features = case["shape"]
+    for smaller in sorted({1, rows // 2, rows - 1}):
+        if 1 <= smaller < rows:
+            yield {**case, "shape": (smaller, features)}
+    for d in range(2, case["devices"]):
+        yield {**case, "devices": d}
+    if case["seed"]:
+        yield {**case, "seed": 0}
+
+
+def _any_rank(test):
+    """A detector: the answer is wrong on some rank, and looks like ``test`` there."""
+    return lambda case, results: any(not same(r.got, r.expected) and test(case, r) for r in results)
+
+
+# ----------------------------------------------------------------------------- scatter
+
+
+def _run_scatter(fn, case, rank, world, group) -> Result:
+    x, y = _batch(case, rank)
+    inputs = (x, y, "train")  # two batched tensors and a plain object
+    with torch_scatter_gather_on_cpu():
+        expected = torch_sg.scatter(inputs, list(range(case["devices"])))
+    got = fn((x.clone(), y.clone(), "train"), ["cpu"] * case["devices"])
+    return Result(got, [tuple(e) for e in expected], extra={"input": x})
+
+
+def _rows(answer) -> list:
+    """Rows of x per device in an answer (None where it is not a tensor)."""
+    first = [a[0] if isinstance(a, (list, tuple)) and a else a for a in answer]
+    return [len(t) if isinstance(t, torch.Tensor) and t.dim() else None for t in first]
+
+
+def _rows_like(split):
+    return lambda case, r: _rows(r.got) == [len(c) for c in split(r.extra["input"], case)]
+
+
+SCATTER = Exercise(
+    name="scatter",
+    lesson="02_scatter_gather",
+    summary="cut a batch (and every tensor argument) into one chunk per device",
+    reference="torch.nn.parallel.scatter (its code; Scatter = Tensor.chunk on CPU), torch.equal",
+    run_rank=_run_scatter,
+    cases=CASES,
+    strategy=dp_cases,
+    shrink=shrink_dp,
+    mistakes=(
+        Mistake(
+            "even split instead of chunk",
+            "your chunks are as even as possible (tensor_split), but torch's scatter uses "
+            "tensor.chunk(n): every chunk has ceil(B/n) rows and the last one what is left "
+            "(batch 10 on 4 devices: 3, 3, 3, 1).",
+            _any_rank(_rows_like(lambda x, case: x.tensor_split(case["devices"]))),
+        ),
+        Mistake(
+            "a chunk for every device",
+            "a small batch makes fewer chunks than devices (batch 5 on 4 devices: 2, 2, 1): "
+            "use only as many devices as tensor.chunk returns chunks — no empty chunks.",
+            _any_rank(lambda case, r: len(r.got) == case["devices"] > len(r.expected)),
+        ),
+        Mistake(
+            "plain objects not repeated",
+            "every device needs the full argument tuple: tensors are chunked, anything else "
+            "(here the string 'train') is passed to every device as it is.",
+            _any_rank(lambda case, r: any(len(a) != 3 or a[2] != "train" for a in r.got)),
+        ),
+    ),
+)
+
+# ----------------------------------------------------------------------------- gather
+
+
+def _run_gather(fn, case, rank, world, group) -> Result:
+    x, _ = _batch(case, rank)
+    dim = case.get("dim", 0)
+    if dim == 1:
+        x = x.T.contiguous()  # (F, B): the batch runs along dim 1
+    outputs = [c.clone() for c in x.chunk(case["devices"], dim)]  # what the replicas return
+    with torch_scatter_gather_on_cpu():
+        expected = torch_sg.gather(outputs, "cpu", dim)
+    got = fn([o.clone() for o in outputs], "cpu", dim)
+    return Result(got, expected, extra={"input": x, "outputs": outputs})
+
+
+def _reordered(case, r: Result) -> bool:
+    outs, dim = r.extra["outputs"], case.get("dim", 0)
+    if len(outs) > 6:
+        return False
+    orders = itertools.permutations(range(len(outs)))
+    return any(same(r.got, torch.cat([outs[i] for i in o], dim)) for o in orders)
+
+
+GATHER_CASES = tuple(
+    {**c, "dim": d} for c, d in zip(CASES, (0, 1, 0, 1, 0, 0))
+)  # fmt: skip
+
+GATHER = Exercise(
+    name="gather",
+    lesson="02_scatter_gather",
+    summary="concatenate the replicas' outputs, in device order, along dim",
+    reference="torch.nn.parallel.gather (its own code, Gather = torch.cat on CPU), torch.equal",
+    run_rank=_run_gather,
+    cases=GATHER_CASES,
+    strategy=lambda: dp_cases().map(lambda c: {**c, "dim": c["seed"] % 2}),
+    shrink=shrink_dp,
+    mistakes=(
+        Mistake(
+            "chunks gathered in the wrong order",
+            "every row is there, but the blocks are out of order: output i belongs to device "
+            "i and to rows i*ceil(B/n)... of the batch — concatenate them in device order, "
+            "not in the order the replicas finished.",
+            _any_rank(_reordered),
+        ),
+        Mistake(
+            "concatenated along the wrong dim",
+            "the batch dimension here is `dim`, not always 0: torch.cat(outputs, dim=dim).",
+            _any_rank(lambda case, r: same(r.got, torch.cat(r.extra["outputs"], 1 - case["dim"]))),
+        ),
+    ),
+)
+
+# ----------------------------------------------------------------------------- one DP step
+
+
+def _mlp(case) -> nn.Module:
+    """A small float64 MLP, the same for every rank of the case."""
+    g = torch.Generator().manual_seed(10_000 + case.get("seed", 0))
+    model = nn.Sequential(nn.Linear(case["shape"][1], 8), nn.Tanh(), nn.Linear(8, 3)).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / p.shape[-1] ** 0.5)
+            if case.get("accumulate"):  # a gradient from an earlier micro-batch
+                p.grad = torch.randn(p.shape, generator=g, dtype=torch.float64)
+    return model
+
+
+def _run_dp_step(fn, case, rank, world, group) -> Result:
+    x, y = _batch(case, rank)
+    x = x.double()
+    model, mine = _mlp(case), _mlp(case)  # same weights (and earlier .grad, if any)
+    official = nn.DataParallel(model)  # no accelerator: device_ids == [], the plain module
+    out = official(x)
+    loss = nn.functional.cross_entropy(out, y)
+    loss.backward()
+    got_out, got_loss = fn(mine, x.clone(), y.clone(), nn.functional.cross_entropy,
+                           ["cpu"] * case["devices"])  # fmt: skip
+    chunks = list(zip(x.chunk(case["devices"]), y.chunk(case["devices"])))
+    per_chunk = [nn.functional.cross_entropy(model(xc), yc) for xc, yc in chunks]
+    extra = {
+        "input": x,
+        "used": len(chunks),
+        "before": [p.grad for p in _mlp(case).parameters()],  # None unless accumulating
+        "mean_of_means": torch.stack(per_chunk).mean().detach(),
+    }
+    got = [got_out.detach(), got_loss.detach(), *[p.grad for p in mine.parameters()]]
+    expected = [out.detach(), loss.detach(), *[p.grad for p in model.parameters()]]
+    return Result(got, expected, extra)
+
+
+def _close(a, b) -> bool:
+    return isinstance(a, torch.Tensor) and torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def _grads_scaled(case, r: Result) -> bool:
+    """Gradients (beyond any earlier one) are 1/used of torch's: averaged, not summed."""
+    n = r.extra["used"]
+    before = r.extra["before"]
+    pairs = zip(r.got[2:], r.expected[2:], before)
+    return n > 1 and all(
+        _close(g, (e - (b if b is not None else 0)) / n + (b if b is not None else 0))
+        for g, e, b in pairs
+    )
+
+
+def _overwrote(case, r: Result) -> bool:
+    """The earlier .grad is gone: the step's sum replaced it instead of adding to it."""
+    before = r.extra["before"]
+    return before[0] is not None and all(
+        _close(g, e - b) for g, e, b in zip(r.got[2:], r.expected[2:], before)
+    )
+
+
+DATA_PARALLEL_STEP = Exercise(
+    name="data_parallel_step",
+    lesson="03_data_parallel",
+    summary="one DataParallel step: scatter, replicate, threads, gather, summed gradients",
+    reference="torch.nn.DataParallel (CPU: the plain module), float64, rtol 1e-10",
+    run_rank=_run_dp_step,
+    cases=tuple({**c, "accumulate": i == 3} for i, c in enumerate(CASES)),
+    strategy=lambda: dp_cases().map(lambda c: {**c, "accumulate": c["seed"] % 3 == 0}),
+    shrink=shrink_dp,
+    tolerance=lambda case: (1e-10, 1e-12),
+    mistakes=(
+        Mistake(
+            "mean of per-device losses",
+            "the loss is the mean of per-device means; with unequal chunks (3, 3, 3, 1) that "
+            "over-weights the small chunk. Gather the outputs first, then compute ONE loss "
+            "on the whole batch.",
+            _any_rank(lambda case, r: _close(r.got[1], r.extra["mean_of_means"])),
+        ),
+        Mistake(
+            "gradients averaged over replicas",
+            "DataParallel SUMS the replicas' gradients on the main device: each replica's "
+            "gradient is already a share of the whole batch's loss. Do not divide by the "
+            "number of devices.",
+            _any_rank(_grads_scaled),
+        ),
+        Mistake(
+            "overwrote the earlier .grad",
+            "model's .grad already held a gradient (an earlier micro-batch) and your step "
+            "replaced it: add the summed gradient to it (p.grad += total, or p.grad = total "
+            "when p.grad is None), as backward does.",
+            _any_rank(_overwrote),
+        ),
+    ),
+)

@@ -1,0 +1,13 @@
+"""Wrong on purpose: each rank takes a block of consecutive indices, not every W-th."""
+
+import torch
+
+
+def distributed_sampler(n, num_replicas, rank, epoch, seed, shuffle, drop_last):
+    order = list(range(n))
+    if shuffle:
+        g = torch.Generator().manual_seed(seed + epoch)
+        order = torch.randperm(n, generator=g).tolist()
+    share = n // num_replicas if drop_last else -(-n // num_replicas)
+    order += order * num_replicas
+    return order[rank * share : (rank + 1) * share]

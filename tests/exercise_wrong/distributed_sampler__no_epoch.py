@@ -1,0 +1,14 @@
+"""Wrong on purpose: seeds the shuffle with ``seed`` alone (a sampler without set_epoch)."""
+
+import torch
+
+
+def distributed_sampler(n, num_replicas, rank, epoch, seed, shuffle, drop_last):
+    order = list(range(n))
+    if shuffle:
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    if drop_last:
+        order = order[: n - n % num_replicas]
+    else:
+        order += (order * num_replicas)[: -n % num_replicas]
+    return order[rank::num_replicas]
