@@ -108,13 +108,16 @@ if __name__ == "__main__":
             refused["set_device"] = first_line(exc)
         try:
             torch.empty(4).pin_memory()
-        except RuntimeError as exc:
+        except Exception as exc:
             refused["pin_memory"] = first_line(exc)
         warnings.filterwarnings("ignore", message=".*NCCL support is not compiled.*")
-        try:
+        try:  # a CPU build refuses at init; a CUDA build without GPUs at the first use
             dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
-            dist.destroy_process_group()
-        except Exception as exc:  # a CPU build has no NCCL; a CUDA build without GPUs
+            try:
+                dist.all_reduce(torch.zeros(1, device="cuda"))
+            finally:
+                dist.destroy_process_group()
+        except Exception as exc:
             refused["nccl"] = first_line(exc)
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         try:
