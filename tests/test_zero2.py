@@ -79,6 +79,14 @@ def _sparse(rank, world):
     model(torch.tensor([1, 2])).sum().backward()
 
 
+def _replaced_outside(rank, world):
+    model = nn.Linear(3, 2)
+    opt = Zero2Optimizer(model.parameters(), torch.optim.SGD, lr=0.1)
+    model.weight.data = torch.zeros(2, 3)  # new storage: the shard views are stale
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+
+
 def _different_models(rank, world):
     Zero2Optimizer(nn.Linear(3, 2 + rank).parameters(), torch.optim.SGD, lr=0.1)
 
@@ -88,6 +96,7 @@ def _different_models(rank, world):
     [
         (_unused_parameter, r"expected every trainable parameter to get a gradient.*frozen"),
         (_sparse, r"expected dense gradients, got a torch.sparse_coo gradient"),
+        (_replaced_outside, r"replaced outside the optimizer \(p.data = ...\).*copy new values"),
         (_different_models, r"parameter 0 is shape \(3, 3\).* on rank 1 and shape \(2, 3\)"),
     ],
 )

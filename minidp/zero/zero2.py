@@ -174,6 +174,7 @@ class Zero2Optimizer:
                 f"first holds parameters of shapes {names}). Hint: call backward() first, "
                 "and keep parameters that take no part in the loss frozen (requires_grad=False)"
             )
+        self._check_storage()
         for b in self.buckets:
             for piece in b.pieces:
                 n = piece.shard.numel()
@@ -186,6 +187,19 @@ class Zero2Optimizer:
             b.reduced = False
         self._next = 0
         return loss
+
+    def _check_storage(self) -> None:
+        """Each shard must still be a view of its parameter: ``p.data = t`` elsewhere breaks it."""
+        for piece in (piece for b in self.buckets for piece in b.pieces):
+            p = piece.param
+            if piece.shard.untyped_storage().data_ptr() != p.untyped_storage().data_ptr():
+                raise RuntimeError(
+                    f"{WHO}: expected each parameter to keep the storage it had at "
+                    f"construction, but the parameter of shape {tuple(p.shape)} was replaced "
+                    "outside the optimizer (p.data = ...), so this rank's shard and its "
+                    "optimizer state point at the old values. Hint: copy new values in place "
+                    "(p.copy_(t) or model.load_state_dict), or build a new Zero2Optimizer"
+                )
 
     def _gather(self, bucket: _Bucket) -> None:
         s = bucket.segment
