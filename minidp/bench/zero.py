@@ -67,8 +67,8 @@ def _rows(width: int, world: int, fsdp2: bool) -> list[tuple[str, nn.Module, obj
     rows.append(("minidp zero1", net, opt))
     net = make_model(width)
     rows.append(("minidp zero2", net, Zero2Optimizer(net.parameters(), torch.optim.AdamW, lr=LR)))
-    if fsdp2:
-        net = _fsdp2(make_model(width), world)
+    net = _fsdp2(make_model(width), world) if fsdp2 else None
+    if net is not None:  # None: this torch has no fully_shard to import
         rows.append(("torch fsdp2", net, torch.optim.AdamW(net.parameters(), lr=LR)))
     net = nn.parallel.DistributedDataParallel(make_model(width))
     rows.append(("torch ddp", net, torch.optim.AdamW(net.parameters(), lr=LR)))
