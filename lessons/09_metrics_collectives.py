@@ -30,8 +30,8 @@ from minidp.comm import group as groups
 from minidp.exercise import reference
 
 WORLD = 3
-N_TEST = kit.pick(1000, 100)
-TRAIN_STEPS = kit.pick(30, 5)
+N_TEST = kit.pick(1000, 400)
+TRAIN_STEPS = 30
 
 
 FRACTIONS = [0.6, 0.3, 0.1]  # rank r's share of the test set
@@ -43,10 +43,24 @@ def shard(n: int, rank: int, world: int) -> slice:
     return slice(bounds[rank], bounds[rank + 1])
 
 
+NOISE = [0.0, 0.4, 0.8]  # share of wrong labels in each rank's shard: harder data sources
+
+
+def test_set() -> tuple[torch.Tensor, torch.Tensor]:
+    """The test set; later shards come from noisier sources, so the shards score unalike."""
+    x, y = kit.make_data(N_TEST, seed=99)
+    g = torch.Generator().manual_seed(7)
+    for r in range(WORLD):
+        rows = torch.arange(N_TEST)[shard(N_TEST, r, WORLD)]
+        flip = rows[torch.rand(len(rows), generator=g) < NOISE[r]]
+        y[flip] = (y[flip] + 1) % kit.CLASSES  # a wrong label, deterministically
+    return x, y
+
+
 def evaluate(rank: int, world: int, state: dict) -> dict:
     model = kit.make_model(seed=0)
     model.load_state_dict(state)  # same trained weights on every rank
-    x, y = kit.make_data(N_TEST, seed=99)
+    x, y = test_set()
     mine = shard(N_TEST, rank, world)
     with torch.no_grad():
         pred = model(x[mine]).argmax(1)
@@ -161,14 +175,14 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # ## Checks against one process and against torch.distributed
-# The single-process evaluation on the full test set is the truth. (The mean of
-# accuracies is only slightly off here because the three shards score alike; with
-# shard accuracies 0.9 / 0.5 / 0.1 on these 60/30/10% shards it would report 0.50
-# instead of the true 0.70.)
+# The single-process evaluation on the full test set is the truth. The shards come from
+# sources of different quality (0%, 40%, 80% wrong labels) and have different sizes
+# (60/30/10%), so they score very differently — and the mean of their accuracies, which
+# weighs the small noisy shard like the big clean one, is visibly wrong.
 
 # %%
 if __name__ == "__main__":
-    x, y = kit.make_data(N_TEST, seed=99)
+    x, y = test_set()
     with torch.no_grad():
         pred = model(x).argmax(1)
     truth = torch.tensor([(pred == y).sum().item(), N_TEST])
@@ -183,8 +197,8 @@ if __name__ == "__main__":
         res[0]["counts_torch"],
     )
     kit.check_true(
-        "mean of per-rank accuracies differs from the true accuracy (uneven shards)",
-        res[0]["mean_of_accs"] != truth[0].item() / N_TEST,
+        "mean of per-rank accuracies is off the true accuracy by more than 0.05 (uneven shards)",
+        abs(res[0]["mean_of_accs"] - truth[0].item() / N_TEST) > 0.05,
         f"{res[0]['mean_of_accs']:.6f} vs {truth[0].item() / N_TEST:.6f}",
     )
     kit.check(
