@@ -16,8 +16,10 @@
 # | group rank | this node's index | `GROUP_RANK` (`--node-rank`) |
 #
 # `rank = group_rank * local_world_size + local_rank` when every node runs the same
-# number of processes. Local rank is *not* available from `torch.distributed` — the
-# launcher passes it in the environment.
+# number of processes. `torch.distributed` offers the local rank as
+# `dist.get_node_local_rank()` (present in every torch this course supports, 2.4 on), but
+# it only reads the `LOCAL_RANK` that the launcher put in the environment: without a
+# launcher it raises, or returns the `fallback_rank` you pass it.
 #
 # `init_process_group(backend)` with the default `env://` method reads `RANK`,
 # `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, connects to the rendezvous store on the
