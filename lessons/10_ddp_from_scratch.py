@@ -72,8 +72,9 @@ def average_gradients(params: list[nn.Parameter], world: int) -> None:
 
 def train_teaching_ddp(rank: int, world: int, repack: bool = False) -> dict:
     model = kit.make_model(seed=100 + rank)  # deliberately different on every rank
-    before = [p.detach().clone() for p in model.parameters()]
+    start = [p.detach().clone() for p in model.parameters()]  # this rank's own init
     same_start(model)
+    synced = [p.detach().clone() for p in model.parameters()]  # after the broadcast
     names = {p: n for n, p in model.named_parameters()}
     by_name = dict(model.named_parameters())
     ready: list[str] = []
@@ -94,7 +95,8 @@ def train_teaching_ddp(rank: int, world: int, repack: bool = False) -> dict:
         if step % max(STEPS // 4, 1) == 0 and not repack:
             kit.say(rank, f"step {step}: local loss {loss.item():.4f}")
     return {
-        "start_differs": any(not torch.equal(a, p) for a, p in zip(before, model.parameters())),
+        "start": start,
+        "synced": synced,
         "model": model,
     }
 
@@ -153,7 +155,8 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # ## Checks
-# * every rank started from different random weights, and ended with the same bits;
+# * every rank started from different random weights, held rank 0's after the broadcast,
+#   and ended with the same bits;
 # * the teaching DDP vs `torch.nn.parallel.DistributedDataParallel`. With 3 ranks the
 #   bits depend on *where* each gradient sits in the flat buffer (it decides which ring
 #   chunk it is in, hence the order of the additions). torch packs the first step in
@@ -170,7 +173,17 @@ if __name__ == "__main__":
     x, y = kit.make_data(STEPS * LOCAL_BATCH * WORLD)
     kit.train_single(single, kit.batches(x, y, LOCAL_BATCH * WORLD))
 
-    kit.check_true("ranks started from different weights", all(r["start_differs"] for r in res[1:]))
+    kit.check_true(
+        "ranks started from different weights (each rank's own init, before the broadcast)",
+        all(
+            any(not torch.equal(a, b) for a, b in zip(r["start"], res[0]["start"])) for r in res[1:]
+        ),
+    )
+    kit.check(
+        "after same_start every rank holds rank 0's starting weights",
+        [r["synced"] for r in res],
+        [res[0]["start"]] * WORLD,
+    )
     for r in range(1, WORLD):
         kit.check(
             f"teaching DDP: rank {r} == rank 0 after training", res[r]["model"], res[0]["model"]
