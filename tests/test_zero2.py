@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
-from test_zero_support import OPTIMIZERS, zero2_parity
+from test_zero_support import OPTIMIZERS, zero2_parity, zero2_vs_fsdp2
 
 from minidp.launch import WorkerError, run_threads
 from minidp.zero import Zero2Optimizer
@@ -55,6 +55,23 @@ def test_matches_torch_zero_with_ddp(parity, world_size, optimizer, variant):
         else:
             assert max(per_step) <= ULPS_AT_3_4, f"rank {rank}: max |diff| per step {per_step}"
     assert parity(world_size)[0][optimizer]["buckets"] == 3
+
+
+def _torch_version() -> tuple[int, int]:
+    return tuple(int(v) for v in torch.__version__.split(".")[:2])
+
+
+@pytest.mark.skipif(
+    _torch_version() < (2, 8),
+    reason=f"FSDP2 needs gloo's reduce_scatter, absent before torch 2.8 ({torch.__version__})",
+)
+def test_matches_fsdp2_without_reshard(process_world):
+    """FSDP2 with reshard_after_forward=False is torch's ZeRO-2-like mode; at 2 ranks the
+    full parameters are torch.equal after every step and each rank's rows are FSDP2's
+    local shard (``to_local()``), bit for bit."""
+    for rank, r in enumerate(process_world(2).run(zero2_vs_fsdp2)):
+        assert r["full"] == [0.0] * 3, f"rank {rank}: max |diff| per step {r['full']}"
+        assert all(r["local"]), f"rank {rank}: shards equal per step {r['local']}"
 
 
 # ---- bad input ------------------------------------------------------------------------------

@@ -212,3 +212,36 @@ class Wide(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.head(self.fc2(torch.relu(self.fc1(self.emb(tokens)))))
+
+
+def zero2_vs_fsdp2(rank: int, world: int, steps: int = 3) -> dict:
+    """minidp ZeRO-2 vs FSDP2 ``fully_shard(reshard_after_forward=False)`` (torch's ZeRO-2-like
+    mode) on the root: full parameters and each rank's dim-0 shard after every step."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from minidp.zero import Zero2Optimizer
+
+    cls, kw = OPTIMIZERS["adamw"]
+    torch.manual_seed(0)  # FSDP2 does not broadcast: every rank starts from the same weights
+    base = TinyLM()
+    ref = fully_shard(copy.deepcopy(base), mesh=init_device_mesh("cpu", (world,)),
+                      reshard_after_forward=False)  # fmt: skip
+    topt = cls(ref.parameters(), **kw)
+    ours = copy.deepcopy(base)
+    opt = Zero2Optimizer(ours.parameters(), cls, **kw)
+    shards = {id(piece.param): piece.shard for b in opt.buckets for piece in b.pieces}
+    full, local = [], []
+    for step in range(steps):
+        x, y = batch(rank, step)
+        for model, o in ((ref, topt), (ours, opt)):
+            o.zero_grad()
+            loss_of(model, x, y).backward()
+            o.step()
+        ref_full = [p.full_tensor() for p in ref.parameters()]
+        full.append(max_diff(nn.ParameterList(ref_full), nn.ParameterList(ours.parameters())))
+        trainable = [(p, q) for p, q in zip(ref.parameters(), ours.parameters()) if q.requires_grad]
+        local.append(
+            all(torch.equal(p.to_local().flatten(), shards[id(q)].flatten()) for p, q in trainable)
+        )
+    return {"full": full, "local": local}
