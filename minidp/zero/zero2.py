@@ -31,7 +31,10 @@ torch DDP (available on every supported torch). Element-wise optimizers (SGD, Ad
 give the same bits whichever way a tensor is cut, so at 2 ranks, where ``a/2 + b/2`` has
 one rounding whatever the order, every parameter is ``torch.equal`` after every step; at 3
 and 4 ranks the reduce-scatter adds the ranks' gradients in another order than gloo's
-all-reduce, so values agree to a few ulps, amplified by Adam's normalisation.
+all-reduce, so values agree to a few ulps, amplified by Adam's normalisation. Where gloo
+has reduce-scatter (torch >= 2.8), also against FSDP2 ``fully_shard(reshard_after_forward=
+False)``, torch's ZeRO-2-like mode: at 2 ranks ``torch.equal`` full parameters after every
+step, and each rank's rows equal FSDP2's local shard.
 
 Run: ``python lessons/20_zero2.py``; test: ``pytest tests/test_zero2.py``
 """
