@@ -59,20 +59,27 @@ def _make_tests_session(version: str):
         installed = installed.strip()
         RESULTS.mkdir(parents=True, exist_ok=True)
         junit = RESULTS / f"torch-{version}.xml"
-        # Exactly the README's command; extra pytest arguments may follow `--`.
+        junit.unlink(missing_ok=True)  # a run that dies leaves none: not last time's
+        # Exactly the README's command; extra pytest arguments may follow `--`. Every exit
+        # code is let through so that a crash is recorded too.
         session.run(
-            "python", "-m", "pytest", f"--junitxml={junit}", *session.posargs, success_codes=[0, 1]
-        )  # exit 1 (tests failed) still records a row; anything else stops here
+            "python",
+            "-m",
+            "pytest",
+            f"--junitxml={junit}",
+            *session.posargs,
+            success_codes=range(-64, 256),
+        )
         row = {
             "version": installed,
-            **_counts(junit),
             "date": datetime.date.today().isoformat(),
             "args": " ".join(session.posargs),
         }
+        row.update(_counts(junit) if junit.exists() else {"crashed": True})
         (RESULTS / f"torch-{version}.json").write_text(json.dumps(row))
         session.log(_row(row))
-        if row["failed"]:
-            session.error(f"torch {installed}: {row['failed']} failed")
+        if row.get("crashed") or row["failed"]:
+            session.error(f"torch {installed}: {_row(row)}")
 
     tests.__doc__ = f"python -m pytest with torch=={version}"
     return nox.session(name=f"tests-{_short(version)}")(tests)
@@ -83,10 +90,13 @@ for _version in TORCH_VERSIONS:
 
 
 def _row(row: dict) -> str:
-    result = "pass" if row["failed"] == 0 else "FAIL"
-    counts = f"{row['passed']} passed, {row['failed']} failed, {row['skipped']} skipped"
+    if row.get("crashed"):
+        result = "FAIL: pytest died before the end (no report; run it to see where)"
+    else:
+        result = "pass" if row["failed"] == 0 else "FAIL"
+        result += f": {row['passed']} passed, {row['failed']} failed, {row['skipped']} skipped"
     scope = f" (`{row['args']}`)" if row["args"] else ""
-    return f"| {row['version']} | {result}: {counts}{scope} | {row['date']} |"
+    return f"| {row['version']} | {result}{scope} | {row['date']} |"
 
 
 @nox.session(python=False)
