@@ -7,12 +7,11 @@ Run: ``pytest tests/test_exercises.py`` (the full generated-case matrix: ``-m sl
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from test_exercises_dp_ddp import WRONG as DP_DDP_WRONG
 
 from minidp.exercise import EXERCISES, check, find, main
 from minidp.exercise import report as printer
@@ -77,7 +76,8 @@ def test_untouched_stub_is_not_implemented_yet(exercise):
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=_ids)
 def test_every_exercise_has_wrong_solutions_and_a_lesson(exercise):
-    wrong = [row[0] for row in WRONG + DEADLOCKS]
+    others = DP_DDP_WRONG  # the DP/DDP exercises' wrong solutions, tested in their own file
+    wrong = [row[0] for row in WRONG + DEADLOCKS + others]
     assert wrong.count(exercise.name) >= 2, f"{exercise.name}: add 2 wrong solutions to WRONG"
     lesson = Path(exercise.stub).parents[1] / f"{exercise.lesson}.py"
     assert lesson.is_file(), lesson
@@ -142,37 +142,41 @@ def test_cli_list_and_names(capsys):
         assert e.name in out and e.lesson in out and e.summary in out
 
 
-def test_cli_check_exit_codes(capsys):
+def test_cli_check_exit_codes(capfd):
+    # runs `python -m minidp exercise check ... --in-process` in a child: the wiring too
     assert main(["check", "ring_all_reduce"]) == 1
-    assert "not implemented yet" in capsys.readouterr().out
+    assert "not implemented yet" in capfd.readouterr().out
     sol = str(find("ring_all_reduce").solution)
-    assert main(["check", "ring_all_reduce", "--path", sol, "--generated", "0"]) == 0
-    out = capsys.readouterr().out
+    assert (
+        main(["check", "ring_all_reduce", "--path", sol, "--generated", "0", "--in-process"]) == 0
+    )
+    out = capfd.readouterr().out
     assert "case  1  world=1" in out and out.rstrip().splitlines()[-1].startswith("PASS")
     assert main(["check", "no_such_thing"]) == 2
-    assert "no exercise 'no_such_thing'" in capsys.readouterr().err
+    assert "no exercise 'no_such_thing'" in capfd.readouterr().err
     with pytest.raises(SystemExit):
         main(["check"])  # neither NAME nor --all
-    assert "give an exercise NAME or --all" in capsys.readouterr().err
+    assert "give an exercise NAME or --all" in capfd.readouterr().err
 
 
-def test_cli_check_all_scores_a_folder(tmp_path, capsys):
+def test_cli_check_all_scores_a_folder(tmp_path, capfd):
     ring = find("ring_all_reduce")
     (tmp_path / "ring_all_reduce.py").write_text(ring.solution.read_text())
     rc = main(["check", "--all", "--dir", str(tmp_path), "--generated", "0"])
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert "ring_all_reduce" in out and f"score: 1/{len(EXERCISES)}" in out
     row = next(line for line in out.splitlines() if line.strip().startswith("ring_all_reduce"))
-    assert " pass " in row
+    assert " pass " in row and "cases 9/9" in row
+    assert all(" missing " in line for line in out.splitlines()[1:-2] if line not in (row, ""))
     assert rc == (0 if len(EXERCISES) == 1 else 1)
 
 
-def test_python_m_minidp_exercise_is_wired():
-    out = subprocess.run(
-        [sys.executable, "-m", "minidp", "exercise", "list", "--names"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [e.name for e in EXERCISES]
+def test_gloo_aborting_the_check_is_explained(capfd):
+    """A learner sending a longer chunk than the neighbour's buffer makes gloo abort the
+    process; the command runs the checker in a child, so it survives and says why."""
+    path = str(WRONG_DIR / "ring_all_reduce__chunk_off_by_one.py")
+    assert main(["check", "ring_all_reduce", "--path", path, "--generated", "0"]) == 1
+    out = capfd.readouterr().out
+    assert "case  4  world=3 shape=(2,)" in out  # the case it died in
+    assert "ABORTED: gloo stopped the check process during the case above" in out
+    assert "hint (message sizes differ)" in out

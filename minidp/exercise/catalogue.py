@@ -7,10 +7,13 @@ Test: ``pytest tests/test_exercises.py``
 
 from __future__ import annotations
 
-from minidp.exercise import comm_metrics, comm_p2p, comm_ring
+from minidp.exercise import comm_metrics, comm_p2p, comm_ring, ddp_grads, ddp_loop, dp_split
 from minidp.exercise.spec import Exercise
 
 EXERCISES: tuple[Exercise, ...] = (
+    dp_split.SCATTER,
+    dp_split.GATHER,
+    dp_split.DATA_PARALLEL_STEP,
     comm_p2p.RING_PASS,
     comm_p2p.NAIVE_ALL_REDUCE,
     comm_ring.RING_ALL_REDUCE,
@@ -18,6 +21,11 @@ EXERCISES: tuple[Exercise, ...] = (
     comm_metrics.ALL_GATHER,
     comm_metrics.BROADCAST,
     comm_metrics.AVERAGE_METRIC,
+    ddp_grads.AVERAGE_GRADIENTS,
+    ddp_grads.BUCKETED_DDP,
+    ddp_loop.DISTRIBUTED_SAMPLER,
+    ddp_grads.NO_SYNC_ACCUMULATION,
+    ddp_loop.CHECKPOINT,
 )
 
 

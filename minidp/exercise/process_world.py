@@ -11,6 +11,7 @@ Test: ``pytest tests/test_exercises.py -k processes``
 from __future__ import annotations
 
 import atexit
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch.distributed as dist
@@ -31,13 +32,25 @@ class RemoteError(Exception):
         self.traceback_text = traceback_text
 
 
+@dataclass
+class _Todo:
+    """A rank's NotImplementedError, returned instead of raised (picklable)."""
+
+    message: str
+
+
 def _rank_job(rank: int, world_size: int, name: str, path: str, case: dict):
     from minidp.exercise.catalogue import find  # here: the catalogue imports this package
     from minidp.exercise.runner import load
 
     if (name, path) not in _loaded:
         _loaded[name, path] = load(Path(path), name)
-    return find(name).run_rank(_loaded[name, path], case, rank, world_size, dist.group.WORLD)
+    try:
+        return find(name).run_rank(_loaded[name, path], case, rank, world_size, dist.group.WORLD)
+    except NotImplementedError as exc:
+        # An untouched stub raises this on every rank before any message: handing it back
+        # as a value keeps the processes (a raising rank exits, and restarting costs seconds).
+        return _Todo(str(exc))
 
 
 class ProcessRanks:
@@ -57,7 +70,13 @@ class ProcessRanks:
 
     def run(self, name: str, path: str, case: dict, deadline: float) -> Run:
         try:
-            return Run(self._world.run(_rank_job, name, path, case, timeout=deadline))
+            values = self._world.run(_rank_job, name, path, case, timeout=deadline)
+            todo = {
+                r: RemoteError("NotImplementedError", v.message, "")
+                for r, v in enumerate(values)
+                if isinstance(v, _Todo)
+            }
+            return Run([None if r in todo else v for r, v in enumerate(values)], errors=todo)
         except WorkerError as err:
             run = Run(values=[None] * self.size)
             for f in err.failures:  # root cause first

@@ -1,0 +1,90 @@
+"""The DataParallel / DDP exercises: each classic wrong solution fails with its own hint.
+
+Run: ``pytest tests/test_exercises_dp_ddp.py``
+
+Every exercise's reference solution and untouched stub are run by ``tests/test_exercises.py``
+(it walks the whole catalogue); this file adds the wrong solutions of the DP/DDP
+exercises (``tests/exercise_wrong/NAME__WHAT.py``) and the checker's own parts they rely
+on: torch's scatter/gather code on CPU, the rank processes shared between checks, and
+the deterministic race of the checkpoint exercise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.parallel.scatter_gather as torch_sg
+
+from minidp.dp import gather, scatter
+from minidp.exercise import check, find
+from minidp.exercise import report as printer
+from minidp.exercise.dp_split import torch_scatter_gather_on_cpu
+from minidp.exercise.process_world import shared_ranks
+
+WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
+
+# (exercise, file tests/exercise_wrong/NAME__WHAT.py, the mistake its hint must name)
+WRONG = [
+    ("scatter", "even_split", "even split instead of chunk"),
+    ("scatter", "every_device", "a chunk for every device"),
+    ("gather", "reversed", "chunks gathered in the wrong order"),
+    ("gather", "dim_zero", "concatenated along the wrong dim"),
+    ("data_parallel_step", "mean_of_means", "mean of per-device losses"),
+    ("data_parallel_step", "averaged_grads", "gradients averaged over replicas"),
+    ("average_gradients", "no_divide", "forgot to divide by the world size"),
+    ("average_gradients", "flat_copy", "gradients unchanged"),
+    ("bucketed_ddp", "after_backward", "all-reduce after backward, no overlap"),
+    ("bucketed_ddp", "no_divide", "forgot to divide by the world size"),
+    ("distributed_sampler", "no_epoch", "sampler without set_epoch"),
+    ("distributed_sampler", "blocks", "contiguous blocks instead of a stride"),
+    ("no_sync_accumulation", "backward_only", "no_sync that does not cover the forward"),
+    ("no_sync_accumulation", "all_inside", "nothing all-reduced"),
+    ("checkpoint", "no_barrier", "checkpoint loaded before the save finished"),
+    ("checkpoint", "model_only", "optimizer state not restored"),
+]
+
+
+@pytest.mark.parametrize("name,what,mistake", WRONG, ids=[f"{n}-{w}" for n, w, _ in WRONG])
+def test_wrong_solution_fails_with_its_hint(name, what, mistake):
+    rep = check(find(name), WRONG_DIR / f"{name}__{what}.py", generated=0)
+    text = printer.summary(rep)
+    assert not rep.passed and rep.failure.status == "wrong", text
+    assert rep.failure.mistake is not None and rep.failure.mistake.name == mistake, text
+    assert f"hint ({mistake}): " in text and "expected" in text and "got" in text
+
+
+def test_wrong_solutions_cover_every_dp_ddp_exercise():
+    names = {"scatter", "gather", "data_parallel_step", "average_gradients", "bucketed_ddp"}
+    names |= {"distributed_sampler", "no_sync_accumulation", "checkpoint"}
+    for name in names:
+        assert sum(n == name for n, _, _ in WRONG) >= 2, name
+        assert find(name).mistakes  # and the exercise is in the catalogue
+    on_disk = {p.stem for p in WRONG_DIR.glob("*.py") if p.stem.split("__")[0] in names}
+    assert on_disk == {f"{n}__{w}" for n, w, _ in WRONG}
+
+
+def test_torch_scatter_gather_run_on_cpu_and_are_restored():
+    """The scatter/gather reference is torch's own container code, leaves swapped only
+    while it runs: it agrees with minidp.dp (itself tested against it) and torch is left
+    as it was."""
+    before = torch_sg.Scatter, torch_sg.Gather
+    x = torch.arange(20.0).view(10, 2)
+    with torch_scatter_gather_on_cpu():
+        theirs = torch_sg.scatter((x, "tag"), [0, 1, 2, 3])
+        joined = torch_sg.gather([c * 2 for c in x.chunk(4)], "cpu", 0)
+    ours = scatter((x, "tag"), ["cpu"] * 4)
+    assert (torch_sg.Scatter, torch_sg.Gather) == before
+    assert [len(a[0]) for a in theirs] == [3, 3, 3, 1] and all(a[1] == "tag" for a in theirs)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(theirs, ours))
+    assert torch.equal(joined, gather([c * 2 for c in x.chunk(4)], "cpu"))
+
+
+def test_rank_processes_are_shared_between_checks():
+    """A second check of a process exercise reuses the rank processes of the first."""
+    ex = find("average_gradients")
+    assert check(ex, ex.solution).passed
+    first = shared_ranks(2, timeout=60.0)
+    assert check(ex, WRONG_DIR / "average_gradients__no_divide.py", generated=0).failure
+    assert shared_ranks(2, timeout=60.0) is first and not first.broken
