@@ -149,7 +149,13 @@ def _dataset() -> TensorDataset:
 
 def _loader(rank: int, world: int, workers: int) -> DataLoader:
     sampler = DistributedSampler(_dataset(), num_replicas=world, rank=rank, shuffle=False)
-    return DataLoader(_dataset(), batch_size=2, sampler=sampler, num_workers=workers)
+    # "fork": workers start at once (the default in a rank is "spawn", as under torch's
+    # spawn: each worker imports torch; bench faults runs that case)
+    context = "fork" if workers else None
+    return DataLoader(
+        _dataset(), batch_size=2, sampler=sampler, num_workers=workers,
+        multiprocessing_context=context,
+    )  # fmt: skip
 
 
 def _batches_with_workers(rank, world):
@@ -157,8 +163,9 @@ def _batches_with_workers(rank, world):
 
 
 def test_dataloader_with_workers_inside_rank_processes(process_world):
-    """Ranks may start children (they are not daemons): the batches equal those of torch's
-    DataLoader without workers, in this process."""
+    """Ranks may start children (they are not daemons; a daemon may not, whatever the
+    start method): the batches equal those of torch's DataLoader without workers, in
+    this process."""
     got = process_world(2).run(_batches_with_workers)
     for rank, batches in enumerate(got):
         want = [batch for (batch,) in _loader(rank, 2, workers=0)]

@@ -73,7 +73,9 @@ import torch
 KEEP = []
 
 def start_children(rank, world_size):
-    loader = DataLoader(TensorDataset(torch.arange(8.0)), num_workers=2, persistent_workers=True)
+    data = TensorDataset(torch.arange(8.0))  # forked workers start at once (spawned: seconds)
+    loader = DataLoader(data, num_workers=2, persistent_workers=True,
+                        multiprocessing_context="fork")
     KEEP.append(iter(loader))
     next(KEEP[-1])
     # a child with no watchdog of its own (DataLoader workers poll for their parent)
@@ -125,11 +127,13 @@ def _script(name: str, how: str) -> None:
         out = run_script(name, how, tmp)
     if out.returncode != 0:
         lines = (out.stdout + out.stderr).splitlines()
-        first = next((ln for ln in lines if EXCEPTION_LINE.match(ln)), lines[-1] if lines else "")
-        raise ScriptFailed(f"exit {out.returncode}, {len(out.stderr.splitlines())} lines: {first}")
+        raised = [m.group(1) for m in map(EXCEPTION_LINE.match, lines) if m]
+        last = (raised or lines or [""])[-1]  # the last exception (chained ones come last)
+        raise ScriptFailed(f"exit {out.returncode}, {len(out.stderr.splitlines())} lines: {last}")
 
 
-EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Timeout|Exception): ")  # "pkg.SomeError: text"
+# "pkg.SomeError: text", also as torchrun prefixes it ("[rank0]: ..."); not empty ones
+EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]: )?([\w.]*(?:Error|Timeout|Exception): \S.*)")
 
 
 def is_alive(pid: int) -> bool:
@@ -295,7 +299,7 @@ LAUNCH_FAULTS = [
       for launcher in ("run_threads", "spawn") for what, shown, value, exc, tail in _BAD],
     Fault("bad input", "launch: script without if __name__ == '__main__'", "local", 0,
           _script, ("unguarded", "file"),
-          r"exit 1, \d lines: RuntimeError: spawn: called at the top level .* line 4"),
+          r"exit 1, \d lines: RuntimeError: spawn: called at the top level .* \(line 4\)"),
     Fault("bad input", "launch: rank function typed into python -c", "local", 0, _script,
           ("interactive", "-c"), r"RuntimeError: spawn: 'main' is defined in __main__ of an "
           r"interactive session"),
@@ -308,14 +312,16 @@ LAUNCH_FAULTS = [
     Fault("fault", "launch: parent SIGKILLed, rank has DataLoader workers", "local", 0,
           _orphans, (), r"^$", on_success=_nothing_left),
     Fault("fault", "launch: DataLoader(num_workers=2) inside ranks", "processes", 2,
-          _dataloader_workers, (), r"^$", on_success=like_torch),
+          _dataloader_workers, (), r"^$", on_success=like_torch,
+          run_timeout=120.0),  # workers start like the ranks ("spawn"): each imports torch
     Fault("fault", "launch: thread rank spins in Python, run_threads(timeout=2)", "local", 0,
           _thread_world_spins, (), r"rank 1 was still running at the 2s deadline", stall=True),
     Fault("fault", "launch: two ranks raise, 0.3 s apart", "threads", 2, _raise_in_turn, (),
           r"rank 1 raised ValueError: rank 1 fails first"),
     Fault("fault", "launch: rank stalls under torchrun, launch(timeout=1)", "local", 0,
-          _script, ("torchrun_stall", "torchrun"), r"CollectiveTimeout: .*rank 0 timed out "
-          r"waiting to recv from rank 1", stall=True),
+          _script, ("torchrun_stall", "torchrun"),
+          r"minidp.comm.errors.CollectiveTimeout: .*rank 0 timed out waiting to recv from rank 1",
+          stall=True),
     Fault("bad input", "DataParallel: inputs of 6 and 2 rows on 3 devices", "local", 0, _dp,
           ("rows",), r"ValueError: DataParallel: input tensors split into different numbers"),
     Fault("bad input", "DataParallel: gather 0-dim outputs along dim -1", "local", 0, _dp,

@@ -135,12 +135,13 @@ def run_fault(fault: Fault) -> Outcome:
         return Outcome(fault, seconds, "none", "", "", False, leftovers, verdict)
     raised, first, others = _summarise(error)
     # the backstop's words (ProcessWorld.run's deadline, or the thread world's)
-    hung = any(f"at the {s:g}s deadline" in str(error) for s in (BACKSTOP_S, TIMEOUT_S))
+    backstops = {BACKSTOP_S, TIMEOUT_S} | {t for t in [fault.run_timeout] if t and t > BACKSTOP_S}
+    hung = any(f"at the {s:g}s deadline" in str(error) for s in backstops)
     clear = re.search(fault.expect, first) is not None
     verdict = "clear" if clear else "UNCLEAR"
     if hung:
         verdict = "HUNG (stopped by the backstop)"
-    elif not fault.stall and seconds >= 0.9 * TIMEOUT_S:
+    elif not fault.stall and fault.world != "local" and seconds >= 0.9 * TIMEOUT_S:
         verdict += f"; a rank waited for the {TIMEOUT_S:g} s timeout"
     return Outcome(fault, seconds, raised, first, others, hung, leftovers, verdict)
 

@@ -26,8 +26,10 @@ beats a bystander's "connection lost"), and kills the remaining ranks. Ctrl-C or
 exception in the parent (during start-up too) kills every rank before it propagates.
 
 Ranks are ordinary (non-daemon) processes, as with ``torch.multiprocessing.spawn``, so
-they may start their own children (``DataLoader(num_workers=2)``). Nothing outlives the
-launcher: a rank watches its parent and, when it disappears, kills its own children and
+they may start their own children (``DataLoader(num_workers=2)``; as under torch's spawn,
+those start with the "spawn" method too, each importing torch — a second or more each;
+``DataLoader(..., multiprocessing_context="fork")`` starts them at once). Nothing outlives
+the launcher: a rank watches its parent and, when it disappears, kills its own children and
 exits; a world that is garbage-collected or still open when the program exits is killed;
 killing a rank kills its children first.
 
