@@ -23,7 +23,9 @@ What the faithful versions (``ring.py``, ``collectives.py``) add, and why they e
 * **the cross-rank agreement check** (``agree.py``) — every faithful collective first
   checks that all ranks called the same collective with the same numel, dtype and op,
   and raises the same ``MismatchError`` on every rank. Here mismatched calls pair up
-  wrongly and end in a ``CollectiveTimeout`` (or garbage) instead.
+  wrongly: a ``CollectiveTimeout``, garbage, or — when a rank receives a longer message
+  than its buffer — gloo aborting the whole process. Only local mistakes (an unknown op,
+  an unsupported dtype, a wrong list length, src out of range) raise clear errors here.
 """
 
 from __future__ import annotations

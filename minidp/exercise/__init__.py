@@ -47,6 +47,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from minidp.exercise import isolate
 from minidp.exercise import report as printer
 from minidp.exercise.catalogue import EXERCISES, find
 from minidp.exercise.runner import DEADLINE_S, GENERATED, check
@@ -69,18 +70,23 @@ def _list(names_only: bool) -> int:
     return 0
 
 
-def _check_one(exercise, path: str | None, deadline: float, generated: int) -> int:
-    name = exercise.name
+def _check_one(exercise, path: str | None, deadline: float, generated: int, score: bool) -> int:
     target = Path(path) if path else exercise.stub
-    print(f"{name}: checking {target} against {exercise.reference}", flush=True)
+    print(f"{exercise.name}: checking {target} against {exercise.reference}", flush=True)
     rep = check(
         exercise,
         target,
         deadline=deadline,
         generated=generated,
-        on_case=lambda i, o: print(printer.case_line(i, o), flush=True),
+        # the case line goes out before the case runs: if gloo aborts the process, the
+        # parent's explanation follows the case it happened in
+        on_start=lambda i, case: print(printer.case_start(i, case), end="", flush=True),
+        on_case=lambda i, o: print(printer.case_verdict(o), flush=True),
     )
     print(printer.summary(rep), flush=True)
+    if score:  # for the teacher's table (check --all): one line to parse
+        passed = sum(o.passed for o in rep.outcomes)
+        print(f"SCORE\t{printer.status_word(rep)}\t{passed}/{len(rep.outcomes)}")
     return 0 if rep.passed else 1
 
 
@@ -89,10 +95,21 @@ def _check_all(folder: str | None, deadline: float, generated: int) -> int:
     print(f"checking every exercise in {base}", flush=True)
     rows = []
     for exercise in EXERCISES:
-        rep = check(exercise, base / f"{exercise.name}.py", deadline=deadline, generated=generated)
-        passed = sum(o.passed for o in rep.outcomes)
-        rows.append((exercise.name, printer.status_word(rep), f"{passed}/{len(rep.outcomes)}"))
-        print(f"  {exercise.name:<28} {rows[-1][1]:<36} cases {rows[-1][2]}", flush=True)
+        path = base / f"{exercise.name}.py"
+        status, cases = "missing", "0/0"
+        if path.is_file():  # each in its own process: one abort must not end the table
+            argv = ["check", exercise.name, "--path", str(path), "--score"]
+            argv += ["--deadline", str(deadline), "--generated", str(generated)]
+            _, out, why = isolate.run(argv, capture=True)
+            score = [line.split("\t") for line in out.splitlines() if line.startswith("SCORE\t")]
+            if why:
+                status = "fail: message sizes differ" if "sizes differ" in why else "fail: aborted"
+            elif score:
+                status, cases = score[-1][1], score[-1][2]
+            else:
+                status = "fail: checker error"
+        rows.append((exercise.name, status, cases))
+        print(f"  {exercise.name:<28} {status:<36} cases {cases}", flush=True)
     score = sum(status == "pass" for _, status, _ in rows)
     print(f"\nscore: {score}/{len(rows)} exercises pass")
     return 0 if score == len(rows) else 1
@@ -114,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     ck.add_argument("--dir", help="with --all: folder holding NAME.py files (a student's)")
     ck.add_argument("--deadline", type=float, default=DEADLINE_S, help="seconds per case")
     ck.add_argument("--generated", type=int, default=GENERATED, help="generated cases")
+    # internal: run here, not in a child process (see isolate.py), and print a SCORE line
+    ck.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    ck.add_argument("--score", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.action == "list":
         return _list(args.names)
@@ -126,4 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return _check_one(exercise, args.path, args.deadline, args.generated)
+    if not args.in_process:  # a gloo abort must not take the command down: run in a child
+        rc, _, why = isolate.run(argv)
+        if why:
+            print(f"\n{why}", flush=True)
+        return rc
+    return _check_one(exercise, args.path, args.deadline, args.generated, args.score)

@@ -27,7 +27,13 @@ def show(x: Any) -> str:
     return repr(x)
 
 
-def case_line(i: int, outcome: Outcome) -> str:
+def case_start(i: int, case) -> str:
+    """The start of a case's line, printed before the case runs."""
+    return f"  case {i:>2}  {describe(case):<48} "
+
+
+def case_verdict(outcome: Outcome) -> str:
+    """The end of a case's line: pass, or what went wrong in a few words."""
     verdict = {
         "pass": "pass",
         "todo": "not implemented yet",
@@ -36,9 +42,11 @@ def case_line(i: int, outcome: Outcome) -> str:
         "stuck": "STUCK",
     }[outcome.status]
     first = outcome.detail.splitlines()[0] if outcome.detail else ""
-    return f"  case {i:>2}  {describe(outcome.case):<48} {verdict}" + (
-        f" — {first}" if first and outcome.status not in ("todo",) else ""
-    )
+    return verdict + (f" — {first}" if first and outcome.status != "todo" else "")
+
+
+def case_line(i: int, outcome: Outcome) -> str:
+    return case_start(i, outcome.case) + case_verdict(outcome)
 
 
 def failure_text(report: Report) -> str:

@@ -199,8 +199,12 @@ def check(
     deadline: float = DEADLINE_S,
     generated: int = GENERATED,
     on_case: Callable[[int, Outcome], None] | None = None,
+    on_start: Callable[[int, Case], None] | None = None,
 ) -> Report:
-    """Check ``path`` (default: the stub) against ``exercise``; ``on_case`` sees each case."""
+    """Check ``path`` (default: the stub) against ``exercise``.
+
+    ``on_start(i, case)`` is called before case i runs, ``on_case(i, outcome)`` after.
+    """
     path = Path(path or exercise.stub)
     report = Report(exercise, path)
     try:
@@ -209,23 +213,27 @@ def check(
         report.load_error = str(exc)
         return report
 
-    def record(outcome: Outcome) -> Outcome:
+    def attempt(case: Case) -> Outcome:
+        i = len(report.outcomes) + 1
+        if on_start:
+            on_start(i, case)
+        outcome = checker.run_case(case)
         report.outcomes.append(outcome)
         if on_case:
-            on_case(len(report.outcomes), outcome)
+            on_case(i, outcome)
         return outcome
 
     try:
         failed = None
         for case in exercise.cases:
-            o = record(checker.run_case(case))
+            o = attempt(case)
             # shrink the first failure, or the first whose classic mistake was recognised
             if not o.passed and (failed is None or (o.mistake and not failed.mistake)):
                 failed = o
             if o.status in ("todo", "stuck"):
                 break  # nothing more to learn from further cases, only time to lose
         if failed is None and generated and exercise.strategy:
-            failed = _generated(checker, exercise, generated, record)
+            failed = _generated(exercise, generated, attempt)
         if failed is not None:
             report.failure, report.shrink_tries = checker.shrink(failed)
             if report.failure.case != failed.case:
@@ -235,7 +243,7 @@ def check(
     return report
 
 
-def _generated(checker: Checker, exercise: Exercise, n: int, record) -> Outcome | None:
+def _generated(exercise: Exercise, n: int, attempt) -> Outcome | None:
     """Generated cases (hypothesis, derandomized): the first failure, or None."""
     try:
         from hypothesis import HealthCheck, Phase, find, settings
@@ -245,7 +253,7 @@ def _generated(checker: Checker, exercise: Exercise, n: int, record) -> Outcome 
     first: list[Outcome] = []
 
     def fails(case: Case) -> bool:
-        o = record(checker.run_case(dict(case)))
+        o = attempt(dict(case))
         if not o.passed:
             first.append(o)
         return not o.passed
