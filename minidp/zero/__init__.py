@@ -7,8 +7,13 @@
 * ``textbook.py``: both stages in a few lines each, after backward, one call per parameter.
 * ``partition.py``: who owns what (whole parameters, or dim-0 rows).
 * ``checks.py``: the errors (unsupported optimizer, ranks that disagree, sparse grads).
+* ``objects.py``: a Python object (a state dict) broadcast over minidp's collectives.
+* ``memory.py``: model-state bytes per rank read from the real tensors; ``stages.py``: one
+  step of DDP / ZeRO-1 / ZeRO-2 / FSDP, measured (memory and bytes sent).
+* ``plan.py``: the ZeRO paper's formulas for a real model — ``python -m minidp memory``.
 
-Test: ``pytest tests/test_zero.py``
+Lessons 18-20 and 23; measure: ``python -m minidp bench zero``.
+Test: ``pytest tests/test_zero.py tests/test_zero2.py tests/test_memory.py``
 """
 
 from minidp.zero.zero1 import ZeroRedundancyOptimizer
