@@ -5,6 +5,8 @@
 * :func:`all_reduce` (``algorithm=``), :func:`broadcast`, :func:`all_gather`,
   :func:`reduce_scatter`, :func:`barrier`.
 * :func:`count_traffic` — bytes and messages per rank, to measure the two algorithms.
+* :func:`channel` — a tag space of this thread's own, for collectives that run on the
+  same group as another thread's (DDP's comm thread uses one).
 
 Test: ``pytest tests/test_collectives.py``; benchmark: ``python -m minidp bench allreduce``.
 """
@@ -14,6 +16,7 @@ from minidp.comm.collectives import all_gather, all_reduce, barrier, broadcast, 
 from minidp.comm.errors import CollectiveError, CollectiveTimeout, MismatchError, PeerError
 from minidp.comm.group import get_rank, get_world_size, use_group
 from minidp.comm.naive import naive_all_reduce
+from minidp.comm.p2p import channel
 from minidp.comm.ring import ring_all_reduce
 from minidp.comm.traffic import Traffic, count_traffic
 
@@ -27,6 +30,7 @@ __all__ = [
     "all_reduce",
     "barrier",
     "broadcast",
+    "channel",
     "checked",
     "count_traffic",
     "get_rank",

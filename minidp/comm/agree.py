@@ -9,7 +9,11 @@ differs on which rank.
 
 Checked mode (``MINIDP_DEBUG=DETAIL`` in the environment, or ``with minidp.comm.checked():``,
 like ``TORCH_DISTRIBUTED_DEBUG=DETAIL``) fingerprints each call further: the full shape, a
-per-group sequence number and the calling line. That catches what equal shapes hide — a
+per-group (and per-channel, see ``p2p.channel``) sequence number and the calling line —
+as module name, function and line number, which every rank spells the same whatever its
+working directory or install path. ``MINIDP_DEBUG`` takes torch's values, ``OFF``,
+``INFO`` (minidp: same as OFF) or ``DETAIL``, any case; anything else raises a ValueError
+at import, as a typo must not silently turn the checks off. That catches what equal shapes hide — a
 rank that skipped a collective, or two same-shaped all-reduces called in a different order
 — which would otherwise pair up silently and return wrong sums. It costs a stack walk per
 call; ``python -m minidp bench allreduce`` measures it.
@@ -53,10 +57,24 @@ _MAX_DIMS = 8
 _CHECKED = 6 + _MAX_DIMS  # checked-mode fields start here: flag, sequence number, call site
 _HEADER = _CHECKED + 3  # kind, numel, dtype, op, extra, ndim, dims..., flag, seq, site
 HEADER_TAG = 1 << 30  # header messages never match data messages (those use small tags)
-_CHECKED_BY_ENV = os.environ.get("MINIDP_DEBUG", "").upper() == "DETAIL"
+DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")  # TORCH_DISTRIBUTED_DEBUG's values
+
+
+def debug_level(value: str | None) -> str:
+    """The ``MINIDP_DEBUG`` level for ``value`` (unset or empty: OFF), or a ValueError."""
+    level = (value or "OFF").upper()
+    if level not in DEBUG_LEVELS:
+        raise ValueError(
+            f"MINIDP_DEBUG must be one of {', '.join(DEBUG_LEVELS)} (any case), got {value!r}. "
+            "Hint: MINIDP_DEBUG=DETAIL turns checked mode on; unset it to turn it off"
+        )
+    return level
+
+
+_CHECKED_BY_ENV = debug_level(os.environ.get("MINIDP_DEBUG")) == "DETAIL"
 _local = threading.local()  # per-thread: checked mode set by checked() (rank-local)
-# collectives called on each group, checked mode only; weak keys: a finished world's group
-# must not pass its count to a new group that happens to reuse its memory
+# collectives called on each group, per channel, checked mode only; weak keys: a finished
+# world's group must not pass its count to a new group that happens to reuse its memory
 _sequence: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../minidp
 
@@ -84,15 +102,20 @@ _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 
 
 def _call_site() -> str:
-    """``file:line`` of the first caller outside minidp.comm and torch (the user's line, or
-    DDP's); torch's frames are skipped too, since decorators such as no_grad add one."""
+    """``module:function:line`` of the first caller outside minidp.comm and torch (the user's
+    line, or DDP's); torch's frames are skipped too, since decorators such as no_grad add
+    one. Not the file path: a rank that chdir'd, or a machine with another install path,
+    would spell the same line differently."""
     skip = (os.path.join(_PACKAGE, "comm"), _TORCH)
     frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(skip):
         frame = frame.f_back
     if frame is None:
         return "?"
-    return f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno}"
+    module = frame.f_globals.get("__name__", "?")
+    if module == "__mp_main__":  # the script, as multiprocessing's spawn re-imports it
+        module = "__main__"
+    return f"{module}:{frame.f_code.co_name}:{frame.f_lineno}"
 
 
 _BAD_INPUT = 99  # dtype field: this rank's input cannot take part (see check_input)
@@ -178,8 +201,9 @@ def agree(
     site = ""
     if is_checked():
         site = _call_site()
-        seq = _sequence.get(group, 0)
-        _sequence[group] = seq + 1
+        counts = _sequence.setdefault(group, {})  # channel -> collectives so far
+        seq = counts.get(p2p.current_channel(), 0)
+        counts[p2p.current_channel()] = seq + 1
         mine[_CHECKED : _CHECKED + 3] = torch.tensor(
             [1, seq, zlib.crc32(site.encode()) & 0x7FFFFFFF], dtype=torch.int64
         )

@@ -5,7 +5,8 @@ first runs the cross-rank header check (``agree.py``), so mismatched calls raise
 rank instead of hanging.
 
 * ``broadcast``: the root sends the whole tensor to every rank (``n-1`` messages from the
-  root). Simple on purpose: DDP uses it once at start-up and for buffers.
+  root). Simple on purpose: DDP uses it once at start-up and for buffers. ``src`` is a
+  global rank, as in torch (``group_src`` a rank within the group).
 * ``all_gather`` and ``reduce_scatter``: one trip round the ring (``ring.ring_pass``), the
   two halves of ring all-reduce on their own.
 * ``barrier``: the header exchange alone — nobody leaves before rank 0 heard from all.
@@ -20,7 +21,7 @@ import torch
 from minidp.comm import agree, ops, p2p
 from minidp.comm import group as groups
 from minidp.comm.naive import naive_all_reduce
-from minidp.comm.ring import _flat_inplace, ring_all_reduce, ring_pass
+from minidp.comm.ring import _flat_inplace, ring_all_reduce, ring_pass, unexpanded
 
 ALGORITHMS = ("ring", "naive", "textbook")
 _SEGMENT_BYTES = 1 << 20  # pipeline all-gather / reduce-scatter in 1 MiB messages, like gloo
@@ -44,29 +45,60 @@ def _check_src(src: int, world: int, who: str) -> None:
         )
 
 
+def _group_root(g, src, group_src, who: str) -> int:
+    """The root's group rank from ``src`` (global, like torch) or ``group_src`` (in-group)."""
+    if src is not None and group_src is not None:
+        raise ValueError(
+            f"{who}: got both src={src!r} and group_src={group_src!r} — expected one of them "
+            "(src: a global rank; group_src: a rank within the group)"
+        )
+    if group_src is not None:
+        return group_src
+    return groups.to_group_rank(g, 0 if src is None else src, who, "src")
+
+
 @torch.no_grad()  # like c10d: a collective is not part of the autograd graph
-def broadcast(tensor: torch.Tensor, src: int = 0, group=None) -> torch.Tensor:
-    """Copy ``tensor`` from rank ``src`` to every rank, in place; returns it."""
+def broadcast(
+    tensor: torch.Tensor, src: int | None = None, group=None, group_src: int | None = None
+) -> torch.Tensor:
+    """Copy ``tensor`` from the root to every rank, in place; returns it.
+
+    The root is ``src``, a *global* rank as in ``torch.distributed`` (default 0), or
+    ``group_src``, its rank within ``group``. On a subgroup [1, 2], ``src=1`` and
+    ``group_src=0`` name the same rank.
+    """
     g = groups.resolve(group)
+    if groups.skip_if_not_member(g, "broadcast"):
+        return tensor
+    memory = unexpanded(tensor)  # x.expand(...): each memory location once, like gloo
+    if memory is not None:
+        broadcast(memory, src, group, group_src)
+        return tensor
     rank, world = g.rank(), g.size()
     with p2p.operation("broadcast"):
+        try:
+            root, error = _group_root(g, src, group_src, "broadcast"), None
+        except ValueError as exc:  # agree first, so every rank raises together
+            root, error = -1, exc
         agree.agree(
             g,
             "broadcast",
             tensor,
             None,
-            extra=src if isinstance(src, int) else -1,
-            extra_name="src",
+            extra=root if isinstance(root, int) else -1,
+            extra_name="group_src",
         )
-        _check_src(src, world, "broadcast")
+        if error is not None:
+            raise error
+        _check_src(root, world, "broadcast")
         if world == 1 or tensor.numel() == 0:
             return tensor
 
         def body(flat: torch.Tensor) -> None:
-            if rank == src:
-                p2p.wait_all([p2p.isend(flat, r, g) for r in range(world) if r != src])
+            if rank == root:
+                p2p.wait_all([p2p.isend(flat, r, g) for r in range(world) if r != root])
             else:
-                p2p.irecv(flat, src, g).wait()
+                p2p.irecv(flat, root, g).wait()
 
         return _flat_inplace(tensor, body)
 
@@ -80,6 +112,8 @@ def _even_chunks(n: int, world: int, element_size: int) -> tuple[list[tuple[int,
 def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None) -> list:
     """Fill ``tensor_list[r]`` with rank r's ``tensor`` on every rank (ring); returns the list."""
     g = groups.resolve(group)
+    if groups.skip_if_not_member(g, "all_gather"):
+        return tensor_list
     rank, world = g.rank(), g.size()
     with p2p.operation("all_gather"):
         agree.agree(
@@ -111,6 +145,8 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None
 def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op="sum", group=None):
     """``output`` on rank r = reduction over ranks of ``input_list[r]`` (ring); returns it."""
     g = groups.resolve(group)
+    if groups.skip_if_not_member(g, "reduce_scatter"):
+        return output
     rank, world = g.rank(), g.size()
     with p2p.operation("reduce_scatter"):
         try:
@@ -148,5 +184,7 @@ def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op="sum
 def barrier(group=None) -> None:
     """Return only once every rank of the group has called ``barrier``."""
     g = groups.resolve(group)
+    if groups.skip_if_not_member(g, "barrier"):
+        return
     with p2p.operation("barrier"):
         agree.agree(g, "barrier")

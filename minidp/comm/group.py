@@ -10,6 +10,12 @@ minidp's collectives take ``group=None`` like ``torch.distributed``'s. ``None`` 
 All point-to-point traffic goes through the group object's own ``send``/``recv`` with
 *group* ranks, so a subgroup from ``dist.new_group`` works the same way.
 
+Where a public call names a rank (``broadcast(src=...)``), it is a *global* rank, as in
+``torch.distributed``: :func:`to_group_rank` translates it (``group_src=`` takes a group
+rank directly). On a rank that is not in a subgroup, ``dist.new_group`` returns a
+placeholder; a collective called with it warns and does nothing, like torch's, and
+:func:`get_rank`/:func:`get_world_size` return -1.
+
 Test: ``pytest tests/test_launch.py``
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections.abc import Iterator
 
 import torch.distributed as dist
@@ -52,15 +59,61 @@ def resolve(group=None):
     )
 
 
+def is_member(group) -> bool:
+    """False for the placeholder ``dist.new_group`` returns on ranks outside the group."""
+    return not (isinstance(group, int) and group == dist.GroupMember.NON_GROUP_MEMBER)
+
+
+def skip_if_not_member(group, who: str) -> bool:
+    """True (after torch's warning) if this rank is not in ``group``: skip the collective."""
+    if is_member(group):
+        return False
+    warnings.warn(
+        f"Running {who} on global rank {dist.get_rank()} which does not belong to the given group.",
+        stacklevel=3,
+    )
+    return True
+
+
 def rank_and_size(group=None) -> tuple[int, int]:
-    """This rank's index in ``group`` and the group's size."""
+    """This rank's index in ``group`` and the group's size (-1, -1 outside the group)."""
     g = resolve(group)
-    return g.rank(), g.size()
+    return (g.rank(), g.size()) if is_member(g) else (-1, -1)
 
 
 def get_rank(group=None) -> int:
-    return resolve(group).rank()
+    """This rank's index in ``group``; -1 if it is not a member (like torch)."""
+    return rank_and_size(group)[0]
 
 
 def get_world_size(group=None) -> int:
-    return resolve(group).size()
+    """The number of ranks in ``group``; -1 if this rank is not a member (like torch)."""
+    return rank_and_size(group)[1]
+
+
+def global_ranks(group) -> list[int] | None:
+    """Global rank of each group rank; ``None`` when torch.distributed does not know the
+    group (a thread world's group is the whole world: global rank = group rank)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    try:
+        return dist.get_process_group_ranks(group)
+    except (KeyError, ValueError, RuntimeError):
+        return None
+
+
+def to_group_rank(group, global_rank, who: str, name: str = "src") -> int:
+    """The group rank of ``global_rank``, or a ValueError saying which ranks are in the group.
+
+    Non-int input is returned unchanged for the caller's own check to report.
+    """
+    ranks = global_ranks(group)
+    if ranks is None or not isinstance(global_rank, int):
+        return global_rank
+    if global_rank not in ranks:
+        raise ValueError(
+            f"{who}: {name}={global_rank} is a global rank, and it is not in this group, whose "
+            f"ranks are {ranks} — expected one of those. Hint: {name}= names a global rank, as "
+            f"in torch.distributed; pass group_{name}= for a rank counted within the group"
+        )
+    return ranks.index(global_rank)

@@ -16,13 +16,19 @@ import torch
 
 from minidp.comm import agree, ops, p2p
 from minidp.comm import group as groups
-from minidp.comm.ring import _flat_inplace
+from minidp.comm.ring import _flat_inplace, unexpanded
 
 
 @torch.no_grad()  # like c10d: a collective is not part of the autograd graph
 def naive_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor:
     """All-reduce ``tensor`` in place through rank 0 (the parameter server); returns it."""
     g = groups.resolve(group)
+    if groups.skip_if_not_member(g, "naive_all_reduce"):
+        return tensor
+    memory = unexpanded(tensor)  # x.expand(...): each memory location once, like gloo
+    if memory is not None:
+        naive_all_reduce(memory, op, group)
+        return tensor
     with p2p.operation("naive_all_reduce"):
         try:
             name = ops.normalize_op(op, "naive_all_reduce")

@@ -8,6 +8,12 @@ incoming partial sum *to* the local value (``acc = x[r] + acc``). IEEE addition 
 commutative, so the operand order does not change bits, but the *association* (which
 partial sums meet) does: that is fixed by the ring schedule in ``ring.py``.
 
+NaN under max and min: gloo reduces with ``std::max(local, acc)``, i.e. ``acc if local <
+acc else local``. Every comparison with NaN is false, so a NaN arriving in ``acc`` is
+dropped and a NaN already in ``local`` stays: the result depends on where the NaN sits
+in the ring (``[nan, 1.0]`` and ``[nan, nan]`` both happen). ``torch.maximum`` would
+return NaN whenever any rank has one; minidp copies gloo's rule, bit for bit.
+
 Test: ``pytest tests/test_collectives.py``
 """
 
@@ -79,10 +85,12 @@ def combine(op: str, local: torch.Tensor, acc: torch.Tensor) -> None:
         torch.add(local, acc, out=local)
     elif op == "product":
         torch.mul(local, acc, out=local)
-    elif op == "max":
-        torch.maximum(local, acc, out=local)
-    else:
-        torch.minimum(local, acc, out=local)
+    elif not local.dtype.is_floating_point:
+        (torch.maximum if op == "max" else torch.minimum)(local, acc, out=local)
+    elif op == "max":  # gloo's std::max(local, acc): a NaN in acc loses, a NaN in local wins
+        torch.where(local < acc, acc, local, out=local)
+    else:  # std::min(local, acc), same NaN rule (torch.minimum would spread every NaN)
+        torch.where(acc < local, acc, local, out=local)
 
 
 def finish(op: str, tensor: torch.Tensor, world_size: int) -> None:

@@ -11,6 +11,15 @@ This file also turns backend failures into errors a learner can act on:
 
 and feeds the traffic counters and the trace recorder (both free when off).
 
+**Channels.** Two threads of one rank may run collectives on the same group at once:
+DDP's communication thread reduces buckets while a user's ``autograd.Function`` calls
+``all_reduce`` inside backward. Every collective numbers its messages from tag 0, so
+their messages would pair up with each other: wrong sums or aborts. :func:`channel`
+gives a thread its own tag space (``tag + channel * CHANNEL_SPAN``): messages of
+different channels never match, and within a channel every rank still runs the same
+collectives in the same order. Channel 0 is the user's; DDP's traffic uses
+:data:`DDP_CHANNEL`. (torch gets the same effect from one ordered queue per group.)
+
 Test: ``pytest tests/test_collectives.py tests/test_faults.py``
 """
 
@@ -26,7 +35,12 @@ from minidp import trace
 from minidp.comm import traffic
 from minidp.comm.errors import CollectiveError, CollectiveTimeout, PeerError
 
-_local = threading.local()  # per-thread: name of the collective running now
+_local = threading.local()  # per-thread: name of the collective running now, channel
+# Data tags stay below CHANNEL_SPAN, header tags (agree.HEADER_TAG = 2**30, and +1) lie
+# above every channel's data range: 32 channels never share a tag (gloo: tags < 2**31).
+CHANNEL_SPAN = 1 << 25
+MAX_CHANNELS = 32
+DDP_CHANNEL = 1  # DDP's bucket all-reduces and comm hooks (minidp.ddp.comm_thread)
 
 
 @contextlib.contextmanager
@@ -42,6 +56,31 @@ def operation(name: str) -> Iterator[None]:
 
 def current_operation() -> str:
     return getattr(_local, "op", None) or "point-to-point"
+
+
+@contextlib.contextmanager
+def channel(number: int) -> Iterator[None]:
+    """Send and receive this thread's messages in tag space ``number`` while the block runs.
+
+    Every rank must use the same channel for the same collectives (as DDP's comm thread
+    does on every rank).
+    """
+    if not isinstance(number, int) or not 0 <= number < MAX_CHANNELS:
+        raise ValueError(
+            f"channel: expected an int in [0, {MAX_CHANNELS - 1}], got {number!r} "
+            f"(0 is the default, {DDP_CHANNEL} is DDP's)"
+        )
+    previous = current_channel()
+    _local.channel = number
+    try:
+        yield
+    finally:
+        _local.channel = previous
+
+
+def current_channel() -> int:
+    """This thread's channel (0 unless inside :func:`channel`)."""
+    return getattr(_local, "channel", 0)
 
 
 class Message:
@@ -98,7 +137,7 @@ def isend(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Message:
     if trace.active:
         trace.instant("send", lane="comm", peer=peer, bytes=nbytes)
     try:
-        work = group.send([tensor], peer, tag)
+        work = group.send([tensor], peer, tag + current_channel() * CHANNEL_SPAN)
     except RuntimeError as exc:
         raise translate(exc, group, peer, "send") from exc
     return Message(work, peer, "send", nbytes, group)
@@ -109,7 +148,7 @@ def irecv(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Message:
     nbytes = tensor.numel() * tensor.element_size()
     traffic.add("recv", nbytes)
     try:
-        work = group.recv([tensor], peer, tag)
+        work = group.recv([tensor], peer, tag + current_channel() * CHANNEL_SPAN)
     except RuntimeError as exc:
         raise translate(exc, group, peer, "recv") from exc
     return Message(work, peer, "recv", nbytes, group)

@@ -165,6 +165,22 @@ def _flat_inplace(tensor: torch.Tensor, body) -> torch.Tensor:
     return tensor
 
 
+def unexpanded(tensor):
+    """``tensor`` with every expanded dim (stride 0, ``x.expand(...)``) narrowed to size 1:
+    each memory location once. ``None`` if nothing is expanded (or not a tensor).
+
+    gloo reduces an expanded tensor's *memory*, one value per location (its logical
+    copies all show the result), so minidp's collectives do the same on this view; the
+    copies could not even be written back one by one.
+    """
+    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
+        return None
+    dims = [d for d in range(tensor.dim()) if tensor.stride(d) == 0 and tensor.shape[d] > 1]
+    for d in dims:
+        tensor = tensor.narrow(d, 0, 1)
+    return tensor if dims else None
+
+
 @torch.no_grad()  # like c10d: a collective is not part of the autograd graph
 def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None, layout: str = "gloo"):
     """All-reduce ``tensor`` in place round the ring; returns it.
@@ -181,6 +197,12 @@ def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None, layout: str = "g
         ``tensor``, now holding the reduction over all ranks.
     """
     g = groups.resolve(group)
+    if groups.skip_if_not_member(g, "all_reduce"):
+        return tensor
+    memory = unexpanded(tensor)
+    if memory is not None:
+        ring_all_reduce(memory, op, group, layout)
+        return tensor
     kind = "all_reduce" if layout == "gloo" else "textbook_ring_all_reduce"
     with p2p.operation(f"ring_all_reduce({layout})"):
         try:

@@ -241,7 +241,7 @@ def rank0_assignment(assignment: list[list[int]], n_params: int, group) -> list[
     packed[n_params + 1 : n_params + 1 + len(assignment)] = torch.tensor(
         [len(b) for b in assignment]
     )
-    broadcast(packed, 0, group)
+    broadcast(packed, group=group, group_src=0)
     flat = packed[:n_params].tolist()
     sizes = packed[n_params + 1 : n_params + 1 + int(packed[n_params])].tolist()
     out, start = [], 0

@@ -26,6 +26,12 @@ _DTYPES = [
     torch.float64,
     torch.complex64,
     torch.complex128,
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.bool,
 ]
 _DIMS = 7  # shape dims kept in the table; more are folded into numel
 
@@ -71,6 +77,14 @@ def check_module(module, wrapper_types: tuple) -> None:
                 "buffers. Hint: construct the embedding with sparse=False"
             )
     params = list(module.named_parameters())
+    for name, p in params:
+        if p.requires_grad and p.is_complex():
+            raise ValueError(
+                f"DistributedDataParallel: parameter {name!r} is {p.dtype} — expected real "
+                "parameters: minidp's buckets and collectives carry real dtypes only. Hint: "
+                "store it as a real tensor with a trailing dim of 2 (torch.view_as_real) and "
+                "use torch.view_as_complex(...) in forward"
+            )
     if not any(p.requires_grad for _, p in params):
         raise RuntimeError(
             f"DistributedDataParallel: the module has no parameter that requires a gradient "
@@ -104,41 +118,67 @@ def _shape(row: list[int]) -> str:
     return f"{tuple(dims)} {str(dtype).replace('torch.', '')}"
 
 
-def verify_same_model(group, params: list, names: list[str], bucket_of: list[int]) -> None:
-    """Raise on every rank unless all ranks have the same parameters and bucket layout.
+def verify_same_model(
+    group, params: list, names: list[str], bucket_of: list[int], buffers=None, options=None
+) -> None:
+    """Raise on every rank unless all ranks have the same parameters and bucket layout, and
+    (if given) the same buffers ``[(name, tensor)]`` and boolean ``options`` ``{name: value}``.
 
-    Two ``all_gather`` calls: first ``[number of parameters, number of buckets]`` (fixed
-    size, so it cannot itself mismatch), then one row per parameter (shape, dtype, bucket).
+    Two ``all_gather`` calls: first the counts and options (fixed size, so it cannot itself
+    mismatch), then one row per parameter and buffer (shape, dtype, bucket). Buffers are
+    checked because the broadcast that follows sends them as one flat tensor per dtype: a
+    buffer of another shape would shift every value after it. Options that change which
+    collectives a step runs (``find_unused_parameters``, ``broadcast_buffers``) must agree,
+    or the ranks would wait for each other's collectives in different channels (a hang).
     """
     world, rank = group.size(), group.rank()
     if world == 1:
         return
-    head = torch.tensor([len(params), max(bucket_of) + 1], dtype=torch.int64)
+    buffers = list(buffers or [])
+    options = dict(options or {})
+    head = torch.tensor(
+        [len(params), max(bucket_of) + 1, len(buffers), *map(int, options.values())],
+        dtype=torch.int64,
+    )
     heads = [torch.empty_like(head) for _ in range(world)]
     all_gather(heads, head, group)
     for r in range(world):
-        if heads[r][0] != heads[0][0]:
-            raise RuntimeError(
-                f"DistributedDataParallel: expected the same model on every rank, but rank "
-                f"{r} has {int(heads[r][0])} parameters that require grad while rank 0 has "
-                f"{int(heads[0][0])} (this is rank {rank}, with {len(params)}). Hint: build "
-                "the model identically on every rank (same code, same config)"
-            )
-    table = torch.tensor([_row(p, b) for p, b in zip(params, bucket_of)], dtype=torch.int64)
+        for k, name in enumerate(options, start=3):
+            if heads[r][k] != heads[0][k]:
+                raise RuntimeError(
+                    f"DistributedDataParallel: expected the same options on every rank, but "
+                    f"rank {r} has {name}={bool(heads[r][k])} while rank 0 has "
+                    f"{name}={bool(heads[0][k])} (this is rank {rank}). The option decides "
+                    "which collectives each step runs. Hint: pass the same arguments to "
+                    "DistributedDataParallel on every rank"
+                )
+        for field, what in ((0, "parameters that require grad"), (2, "buffers")):
+            if heads[r][field] != heads[0][field]:
+                raise RuntimeError(
+                    f"DistributedDataParallel: expected the same model on every rank, but rank "
+                    f"{r} has {int(heads[r][field])} {what} while rank 0 has "
+                    f"{int(heads[0][field])} (this is rank {rank}). Hint: build the model "
+                    "identically on every rank (same code, same config)"
+                )
+    rows = [_row(p, b) for p, b in zip(params, bucket_of)] + [_row(t, -1) for _, t in buffers]
+    labels = [f"parameter {i} ({n!r} on rank {rank})" for i, n in enumerate(names)]
+    labels += [f"buffer {n!r}" for n, _ in buffers]
+    table = torch.tensor(rows, dtype=torch.int64)
     tables = [torch.empty_like(table) for _ in range(world)]
     all_gather(tables, table, group)
     for r in range(1, world):
-        for i in range(len(params)):
+        for i, label in enumerate(labels):
             ref, got = tables[0][i].tolist(), tables[r][i].tolist()
             if ref[:3] + ref[4:] != got[:3] + got[4:]:
                 raise RuntimeError(
                     f"DistributedDataParallel: expected the same model on every rank, but "
-                    f"parameter {i} ({names[i]!r} on rank {rank}) has shape {_shape(got)} on "
-                    f"rank {r} and {_shape(ref)} on rank 0. Hint: build the model "
-                    "identically on every rank; a rank-dependent layer size is the usual cause"
+                    f"{label} has shape {_shape(got)} on rank {r} and {_shape(ref)} on "
+                    "rank 0. Hint: build the model identically on every rank; a "
+                    "rank-dependent layer size is the usual cause"
                 )
+    n = len(params)
     for r in range(1, world):
-        if not torch.equal(tables[r][:, 3], tables[0][:, 3]) or heads[r][1] != heads[0][1]:
+        if not torch.equal(tables[r][:n, 3], tables[0][:n, 3]) or heads[r][1] != heads[0][1]:
             raise RuntimeError(
                 f"DistributedDataParallel: expected the same buckets on every rank, but rank "
                 f"{r} has {int(heads[r][1])} buckets and rank 0 has {int(heads[0][1])} (or "

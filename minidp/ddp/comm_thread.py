@@ -9,12 +9,19 @@ I/O and ``torch.add`` — release the GIL, so the two threads really run at once
 Why ONE thread: minidp collectives number their messages from tag 0 on every call, and
 every rank must run the same collectives in the same order. A single worker consuming a
 FIFO queue gives both: bucket 0, then bucket 1, ... exactly in launch order, never two
-at once. Nothing else may talk on the group while it works; DDP waits for it (end of
-backward) before any other collective such as the buffer broadcast.
+at once. DDP waits for it (end of backward) before its own next collective, such as the
+buffer broadcast.
 
-The thread-local "current group" of ``minidp.comm`` does not follow work onto another
-thread, so each task runs inside ``use_group(group)``: a comm hook that passes
-``group=None`` still reaches DDP's group, in thread worlds too.
+Why its own channel (``p2p.DDP_CHANNEL``): the user may call collectives on the same
+group *while* this thread works — an ``autograd.Function`` whose backward all-reduces
+(model-parallel layers, gradient statistics). Both would number messages from tag 0 and
+pair up with each other across ranks; in a tag space of its own, each stream stays in
+order by itself, as torch's single ordered queue per group keeps them.
+
+The thread-local "current group" (and checked mode) of ``minidp.comm`` does not follow
+work onto another thread, so each task runs inside ``use_group(group)`` and the
+submitter's checked mode: a comm hook that passes ``group=None`` still reaches DDP's
+group, in thread worlds too.
 
 Test: ``pytest tests/test_ddp_overlap.py``
 """
@@ -25,6 +32,8 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from minidp.comm import p2p
+from minidp.comm.agree import checked, is_checked
 from minidp.comm.group import use_group
 
 
@@ -38,9 +47,10 @@ class CommThread:
         weakref.finalize(self, self._pool.shutdown, wait=False)
 
     def submit(self, fn: Callable, *args) -> Future:
-        """Run ``fn(*args)`` on the thread after everything submitted before it."""
-        return self._pool.submit(self._run, fn, args)
+        """Run ``fn(*args)`` on the thread after everything submitted before it, in the
+        submitting thread's checked mode (``minidp.comm.checked()`` covers DDP's traffic)."""
+        return self._pool.submit(self._run, fn, args, is_checked())
 
-    def _run(self, fn: Callable, args: tuple):
-        with use_group(self.group):
+    def _run(self, fn: Callable, args: tuple, checked_mode: bool):
+        with use_group(self.group), p2p.channel(p2p.DDP_CHANNEL), checked(checked_mode):
             return fn(*args)

@@ -82,6 +82,12 @@ class DistributedDataParallel(torch.nn.Module):
         caps = BucketCaps.from_mb(bucket_cap_mb)
         self.module = module
         self.process_group = groups.resolve(process_group)
+        if not groups.is_member(self.process_group):
+            raise ValueError(
+                "DistributedDataParallel: this rank is not in process_group (dist.new_group "
+                "returned its placeholder here) — expected a group this rank belongs to. "
+                "Hint: wrap the model only on the group's ranks"
+            )
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
@@ -103,7 +109,12 @@ class DistributedDataParallel(torch.nn.Module):
         for b, indices in enumerate(self.reducer.assignment):
             for i in indices:
                 bucket_of[i] = b
-        checks.verify_same_model(self.process_group, params, names, bucket_of)
+        buffers = list(module.named_buffers()) if broadcast_buffers else None
+        options = {
+            "find_unused_parameters": find_unused_parameters,
+            "broadcast_buffers": broadcast_buffers,
+        }
+        checks.verify_same_model(self.process_group, params, names, bucket_of, buffers, options)
         # Every replica starts from rank 0's weights: all parameters, frozen ones too.
         states = [p.detach() for p in module.parameters()]
         if broadcast_buffers:
@@ -198,7 +209,7 @@ class DistributedDataParallel(torch.nn.Module):
         with torch.no_grad():
             for group in by_dtype.values():
                 flat = torch.cat([t.reshape(-1) for t in group])  # (sum numel,) rank-local
-                broadcast(flat, src, self.process_group)
+                broadcast(flat, group=self.process_group, group_src=src)
                 if rank == src:
                     continue  # the source already holds these values
                 offset = 0
