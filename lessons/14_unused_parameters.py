@@ -8,7 +8,8 @@
 # gradient, so its bucket never completes: the step ends with that bucket unreduced, and
 # the **next** forward refuses to start ("Expected to have finished reduction in the prior
 # iteration..."). Typical causes: an auxiliary head used only sometimes, a branch taken
-# on some ranks only, a frozen-by-accident layer.
+# on some ranks only. *Not* a cause: a frozen layer (`requires_grad=False`) — DDP neither
+# waits for nor reduces parameters that do not require gradients (checked below).
 #
 # The fix, `find_unused_parameters=True`: after each forward DDP walks the autograd graph
 # from the outputs and marks every parameter it cannot reach as ready at once (its slot
@@ -29,6 +30,11 @@ import minidp
 STEPS = kit.pick(4, 2)
 
 
+# %% [markdown]
+# ## The model: a body, and an auxiliary head the forward may skip
+
+
+# %%
 class TwoHeads(nn.Module):
     """The baseline MLP plus an auxiliary head that the forward uses only when asked."""
 
@@ -44,9 +50,16 @@ class TwoHeads(nn.Module):
         return out + self.aux(x) if self.use_aux else out
 
 
-def first_error(wrapper, rank: int) -> str:
+# %% [markdown]
+# ## Broken: the head is never used, default DDP
+# The first step's backward ends with the head's bucket unreduced; the second forward
+# refuses to start.
+
+
+# %%
+def first_error(wrapper, rank: int, model: nn.Module | None = None) -> str:
     """Broken: aux never used, default DDP. Step 1 passes; step 2's forward raises."""
-    ddp = wrapper(TwoHeads())
+    ddp = wrapper(model or TwoHeads())
     x, y = kit.make_data(32, seed=rank)
     try:
         for step in range(2):
@@ -57,6 +70,27 @@ def first_error(wrapper, rank: int) -> str:
     return ""
 
 
+# %% [markdown]
+# ## Not a cause: a frozen layer
+# The head is used, but `requires_grad=False`: DDP leaves such parameters out of its
+# buckets entirely, so nothing waits for them.
+
+
+# %%
+def frozen(rank: int) -> nn.Module:
+    """Not a cause: aux IS used, but frozen (requires_grad=False): DDP skips its parameters."""
+    model = TwoHeads()
+    model.use_aux = True
+    model.aux.requires_grad_(False)
+    return model
+
+
+# %% [markdown]
+# ## Fixed: `find_unused_parameters=True`
+# Who uses the head is a function of (rank, step): nobody, or rank 0 only.
+
+
+# %%
 def train(wrapper, rank: int, aux_on) -> nn.Module:
     """Fixed: find_unused_parameters=True; ``aux_on(rank, step)`` says who uses the head."""
     model = TwoHeads()
@@ -79,6 +113,11 @@ def rank0_only(rank: int, step: int) -> bool:
     return rank == 0
 
 
+# %% [markdown]
+# ## Run it on 2 real ranks, minidp and torch side by side
+
+
+# %%
 def unused_lesson(rank: int, world: int) -> dict:
     out = {}
     for name, wrapper in (
@@ -87,6 +126,9 @@ def unused_lesson(rank: int, world: int) -> dict:
     ):
         kit.say0(rank, f"{name} DDP, aux head never used, default settings:")
         out[f"{name} error"] = first_error(wrapper, rank)
+        dist.barrier()
+        kit.say0(rank, f"{name} DDP, aux head used but frozen, default settings:")
+        out[f"{name} frozen error"] = first_error(wrapper, rank, frozen(rank))
         dist.barrier()
         for who in (never, rank0_only):
             model = train(wrapper, rank, who)
@@ -110,6 +152,15 @@ if __name__ == "__main__":
     print(f"  aux used by rank 0 only: rank 1's aux.weight.grad norm {g.norm():.5f} (the average)")
 
 # %% [markdown]
+# About the warning torch printed above ("find_unused_parameters=True was specified in DDP
+# constructor, but did not find any unused parameters in the forward pass"): it comes from
+# rank 0 in the run where only rank 0 uses the head — on *that* rank, in that step, every
+# parameter was used, so the graph walk found nothing to mark. It is a hint, not an error:
+# if no step on any rank ever leaves a parameter unused, turn the flag off and save the
+# walk; here rank 1 does leave the head unused, so the flag is needed. (Its own text warns
+# it may be a false positive when control flow differs between iterations or ranks.)
+
+# %% [markdown]
 # ## Checks
 
 # %%
@@ -120,6 +171,11 @@ if __name__ == "__main__":
             f"{name}: the second forward raised 'Expected to have finished reduction ...' naming "
             f"the unused parameter indices (aux is 6 and 7)",
             "Expected to have finished reduction in the prior iteration" in msg and "6 7" in msg,
+        )
+        kit.check_true(
+            f"{name}: a frozen layer (requires_grad=False) is not a cause: no error at step 2",
+            res[0][f"{name} frozen error"] == "" and res[1][f"{name} frozen error"] == "",
+            res[0][f"{name} frozen error"][:200],
         )
     for who in ("never", "rank0_only"):
         kit.check(
