@@ -143,8 +143,8 @@ def test_cli_list_and_names(capsys):
 
 
 def test_cli_check_exit_codes(capfd):
-    # runs `python -m minidp exercise check ... --in-process` in a child: the wiring too
-    assert main(["check", "ring_all_reduce"]) == 1
+    # (without --in-process, check runs in a child: see test_gloo_aborting_...)
+    assert main(["check", "ring_all_reduce", "--in-process"]) == 1
     assert "not implemented yet" in capfd.readouterr().out
     sol = str(find("ring_all_reduce").solution)
     assert (
@@ -173,7 +173,8 @@ def test_cli_check_all_scores_a_folder(tmp_path, capfd):
 
 def test_gloo_aborting_the_check_is_explained(capfd):
     """A learner sending a longer chunk than the neighbour's buffer makes gloo abort the
-    process; the command runs the checker in a child, so it survives and says why."""
+    process; the command runs the checker in a child (``python -m minidp exercise check
+    ... --in-process``, so this also tests the wiring), survives and says why."""
     path = str(WRONG_DIR / "ring_all_reduce__chunk_off_by_one.py")
     assert main(["check", "ring_all_reduce", "--path", path, "--generated", "0"]) == 1
     out = capfd.readouterr().out

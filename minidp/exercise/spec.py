@@ -156,7 +156,7 @@ def compare(got: Any, expected: Any, tol: tuple[float, float] | None) -> str | N
                 f"got {tuple(got.shape)} {got.dtype}"
             )
         if tol is None:
-            return None if torch.equal(got, expected) else "values differ"
+            return None if torch.equal(got, expected) else _first_difference(got, expected)
         try:
             torch.testing.assert_close(got, expected, rtol=tol[0], atol=tol[1], equal_nan=True)
         except AssertionError:
@@ -180,6 +180,17 @@ def compare(got: Any, expected: Any, tol: tuple[float, float] | None) -> str | N
         exp_t = torch.tensor(expected, dtype=torch.float64)
         return compare(got_t, exp_t, tol)
     return None if got == expected else "values differ"
+
+
+def _first_difference(got: torch.Tensor, expected: torch.Tensor) -> str:
+    """``values differ at [i, j]: expected 3, got 5`` — where to start looking."""
+    diff = (got != expected).reshape(-1).nonzero()
+    if not len(diff):  # equal values, other bits (e.g. -0.0 vs 0.0, or nan)
+        return "values differ (same numbers, different bits: -0.0 or nan?)"
+    i = int(diff[0])
+    where = [int(k) for k in torch.unravel_index(torch.tensor(i), got.shape)] if got.dim() else []
+    e, g = expected.reshape(-1)[i].item(), got.reshape(-1)[i].item()
+    return f"values differ at {where}: expected {e!r}, got {g!r}"
 
 
 def same(a: Any, b: Any) -> bool:
