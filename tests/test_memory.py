@@ -4,6 +4,8 @@
   in a thread world of 2 and 4 ranks equals an independent count from the model's shapes
   and each stage's ownership rule, byte for byte (step counters, padding and all), and
   sits within that slack of the paper's formula.
+* FSDP (``minidp.fully_shard``): each rank's bytes are the formula's (4+4+8)Ψ/N plus at
+  most one padding row per parameter.
 * Communication per step (``count_traffic``): ZeRO-2 moves DDP's bytes, ZeRO-1 (torch's
   all-reduce + broadcast layout) 1.5x, summed over ranks.
 * The planner reproduces the ZeRO paper's own example (7.5 B parameters, 64 GPUs: 120,
@@ -163,3 +165,21 @@ def test_bench_zero_quick_runs(capsys):
     assert zero.main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "minidp zero1" in out and "ZeRO-2 (reduce-scatter + all-gather)" in out
+
+
+def test_fsdp_measured_near_formula():
+    """minidp.fully_shard (each layer, then the root): weights and gradients are the padded
+    dim-0 shards, so (4+4)Ψ/N plus at most one padding row per parameter; AdamW's state
+    covers the real rows only, so 8Ψ/N give or take a row per parameter, + step counters."""
+    torch.manual_seed(0)
+    base = Wide()
+    params = list(base.parameters())
+    numel = sum(p.numel() for p in params)
+    row_elems = sum(p.numel() // p.shape[0] for p in params)  # one row of every parameter
+    for world in (2, 4):
+        f = expected("fsdp", numel, world, 4, 4, 8)
+        results = run_threads(memory_by_stage, world, base, ["fsdp"])
+        for weights, grads, state, _ in (r["fsdp"] for r in results):
+            assert f.params <= weights <= f.params + 4 * row_elems
+            assert f.grads <= grads <= f.grads + 4 * row_elems
+            assert abs(state - f.optimizer) <= 8 * row_elems + 4 * len(params)
