@@ -19,6 +19,7 @@
 
 # %%
 import datetime
+import inspect
 import time
 
 import kit
@@ -26,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 import minidp
-from minidp.comm import p2p
+from minidp.comm import p2p, textbook
 
 WORLD = kit.pick(4, 2)
 SIZES = kit.pick([2**k for k in range(2, 25, 2)], [4, 4096, 2**20])  # bytes
@@ -115,6 +116,21 @@ if __name__ == "__main__":
     beta = max(times) / max(times[max(times)] - alpha, 1e-12)
     print(f"alpha (latency) ~ {alpha * 1e6:.0f} us, beta (bandwidth) ~ {beta / 1e9:.2f} GB/s")
     print(f"measured on: {kit.machine()}")
+
+# %% [markdown]
+# ## The ring pass in code
+# The non-blocking exchange above, as every ring collective in lesson 8 uses it: send to
+# the right, receive from the left, at the same time. Printed from `minidp/comm/textbook.py`
+# (the real function, not a copy). The faithful ring (`minidp/comm/ring.py`) does the same
+# step per *segment*, with receives posted a few segments ahead.
+
+# %%
+SHOWN = (textbook._exchange,)  # what this lesson prints
+
+if __name__ == "__main__":
+    for fn in SHOWN:
+        print(inspect.getsource(fn))
+
 
 # %% [markdown]
 # ## Checks

@@ -18,6 +18,7 @@
 
 # %%
 import functools
+import inspect
 
 import kit
 import torch
@@ -25,6 +26,7 @@ import torch.distributed as dist
 
 import minidp
 from minidp.comm import group as groups
+from minidp.comm import naive
 
 NUMEL = kit.pick(256 * 1024, 4096)  # float32 elements: S = 1 MiB (fast: 16 KiB)
 S = NUMEL * 4
@@ -76,6 +78,21 @@ if __name__ == "__main__":
         f"others {results[max(WORLDS)][1]['header']} — negligible next to S"
     )
     print("rank 0's link carries (n-1)x what any other rank's does: the bottleneck grows with n")
+
+
+# %% [markdown]
+# ## The parameter server in code
+# minidp's own, printed from `minidp/comm/naive.py` (the real function): short enough to
+# be its own textbook version. Beyond the bare idea it adds the cross-rank agreement check
+# (`agree.agree`: mismatched calls raise on every rank), receives from all workers posted
+# at once (added in rank order as they arrive), any reduce op, and non-contiguous tensors.
+
+# %%
+SHOWN = (naive.naive_all_reduce,)  # what this lesson prints
+
+if __name__ == "__main__":
+    for fn in SHOWN:
+        print(inspect.getsource(fn))
 
 
 # %% [markdown]

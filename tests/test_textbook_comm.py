@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minidp.comm import group as groups
-from minidp.comm import textbook
+from minidp.comm import naive, textbook
 from minidp.exercise import reference
 from minidp.launch import run_threads
 
@@ -187,7 +187,7 @@ def test_bad_input_raises_clearly_on_every_rank():
 
 MISMATCH = """
 import torch, minidp
-from minidp.comm import textbook
+from minidp.comm import naive, textbook
 def f(rank, world, fn):
     fn(torch.ones(8 if rank == 0 else 2))
 try:
@@ -228,8 +228,11 @@ def test_lessons_show_the_real_textbook_source_not_a_copy(monkeypatch):
     assert "def ring_all_reduce(" in shown
     l09 = _lesson("09_metrics_collectives.py")
     assert l09.TEXTBOOK_SHOWN == (textbook.all_gather, textbook.broadcast)
-    for name in ("08_ring_all_reduce.py", "09_metrics_collectives.py"):
+    assert _lesson("06_send_recv.py").SHOWN == (textbook._exchange,)
+    assert _lesson("07_parameter_server.py").SHOWN == (naive.naive_all_reduce,)
+    for name in ("06_send_recv.py", "07_parameter_server.py", "08_ring_all_reduce.py",
+                 "09_metrics_collectives.py"):  # fmt: skip
         text = (LESSONS / name).read_text()
-        for fn in ("ring_all_reduce", "all_gather", "broadcast", "_exchange"):
+        for fn in ("ring_all_reduce", "all_gather", "broadcast", "_exchange", "naive_all_reduce"):
             assert f"def {fn}(" not in text, f"{name} copies {fn} instead of printing it"
         assert "inspect.getsource" in text
