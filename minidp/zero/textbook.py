@@ -9,9 +9,9 @@ The faithful versions (``zero1.py``, ``zero2.py``) add what makes them usable: b
 * :class:`TextbookZero2` — each gradient is reduce-scattered (each rank receives only its
   rows, summed), each rank steps its rows, then all-gathers the parameter.
 
-Neither overlaps communication with backward, and neither pads: the uneven last rows
-travel as uneven messages through ``reduce_scatter``/``all_gather`` over per-rank pieces
-padded on the fly.
+Neither buckets nor overlaps communication with backward; ``TextbookZero2`` pads each
+tensor to ``W`` equal pieces afresh at every call, where ``Zero2Optimizer`` lays the padded
+pieces out once, in its buckets.
 
 Against torch (``tests/test_zero2.py``): ``torch.equal`` to torch's ZeroRedundancyOptimizer
 + DDP at 2 ranks, where the order of two additions cannot change the bits.
