@@ -10,7 +10,15 @@
 smallest failing case (shrunk), expected vs got per rank, and a hint for the classic
 mistake it recognised. A learner's deadlock is reported at the per-case deadline
 (``--deadline``, default 6 s; the check ends a second later), naming the ranks still
-running and the line of the learner's file each one is waiting at.
+running and the line of the learner's file each one is waiting at. The checker itself
+runs in a child process (``isolate.py``): gloo aborts a process whose rank receives a
+longer message than its buffer, and the command then explains that instead of dying.
+
+Where things are: ``spec.py`` (the Exercise record, case helpers, comparison),
+``runner.py`` (load the file, run cases, shrink), ``world.py`` / ``process_world.py``
+(reusable thread / process worlds with a deadline), ``report.py`` (what is printed),
+``reference.py`` (the official torch collectives on a given group), ``catalogue.py`` (the
+list), and one module per topic holding the exercises (``comm_*.py``, ...).
 
 How to add an exercise (one file each, plus one line in the catalogue):
 
@@ -27,7 +35,9 @@ How to add an exercise (one file each, plus one line in the catalogue):
    returns ``Result(got, expected, extra)``; ``cases`` (fixed, smallest first: world 1, 2,
    an odd world, numel < world, several dtypes/shapes); ``strategy`` (a hypothesis
    strategy of such dicts); ``tolerance`` only where bits cannot match (say why);
-   ``processes=True`` where the torch component needs a full ProcessGroup (torch DDP).
+   ``processes=True`` where the torch component needs a full ProcessGroup (torch DDP);
+   ``shrink`` where the case's keys are not world/shape/dtype/seed (``spec.simpler``);
+   ``prepare`` for slow first uses that must not count against the case deadline.
 4. Classic mistakes: ``Mistake(name, hint, matches)``; ``matches(case, results)`` looks
    at every rank's ``got``/``expected``/``extra`` and recognises the wrong answer's
    signature. Tried in order; the first match prints its hint.
