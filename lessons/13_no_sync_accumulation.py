@@ -35,9 +35,11 @@ from minidp.ddp import allreduce_hook as minidp_allreduce_hook
 
 WORLD, K, MICRO = 2, 4, 16  # 2 ranks, 4 micro-batches of 16 per optimizer step
 STEPS = kit.pick(5, 2)
-VARIANTS = ("plain", "right", "broken A", "broken B")
+# %% [markdown]
+# ## The data: each rank's K micro-batches per optimizer step
 
 
+# %%
 def micro_batches(rank: int, world: int) -> list[list[tuple]]:
     """Per step, this rank's K micro-batches (its slice of a global batch of K*MICRO*world)."""
     x, y = kit.make_data(STEPS * K * MICRO * world)
@@ -48,6 +50,62 @@ def micro_batches(rank: int, world: int) -> list[list[tuple]]:
     return steps
 
 
+def micro_loss(ddp, xb, yb) -> torch.Tensor:
+    return nn.functional.cross_entropy(ddp(xb), yb) / K  # / K: the K losses add up to a mean
+
+
+# %% [markdown]
+# ## Four ways to run one micro-batch
+# `last` is True for the K-th micro-batch of the step. **plain**: no `no_sync` at all.
+
+
+# %%
+def plain(ddp, xb, yb, last: bool) -> None:
+    micro_loss(ddp, xb, yb).backward()
+
+
+# %% [markdown]
+# **right**: forward AND backward inside `no_sync`, except for the last micro-batch.
+
+
+# %%
+def right(ddp, xb, yb, last: bool) -> None:
+    with ddp.no_sync() if not last else contextlib.nullcontext():
+        micro_loss(ddp, xb, yb).backward()
+
+
+# %% [markdown]
+# **broken A**: only `backward()` inside `no_sync` — the forward outside already armed
+# the all-reduce.
+
+
+# %%
+def broken_a(ddp, xb, yb, last: bool) -> None:
+    loss = micro_loss(ddp, xb, yb)  # forward outside
+    with ddp.no_sync() if not last else contextlib.nullcontext():
+        loss.backward()
+
+
+# %% [markdown]
+# **broken B**: every forward inside `no_sync`, only the last backward outside — none of
+# the backwards was armed.
+
+
+# %%
+def broken_b(ddp, xb, yb, last: bool) -> None:
+    with ddp.no_sync():
+        loss = micro_loss(ddp, xb, yb)
+    loss.backward()
+
+
+VARIANTS = {"plain": plain, "right": right, "broken A": broken_a, "broken B": broken_b}
+
+
+# %% [markdown]
+# ## Training, with every all-reduce counted by a comm hook (minidp's and torch's)
+
+
+# %%
 def train(rank: int, world: int, wrapper, hook, variant: str) -> tuple[nn.Module, int]:
     model = kit.make_model(seed=0)
     ddp = wrapper(model)
@@ -62,27 +120,16 @@ def train(rank: int, world: int, wrapper, hook, variant: str) -> tuple[nn.Module
     for micro in micro_batches(rank, world):
         opt.zero_grad()
         for i, (xb, yb) in enumerate(micro):
-            last = i == K - 1
-            quiet = ddp.no_sync() if not last else contextlib.nullcontext()
-            if variant == "plain":
-                loss = nn.functional.cross_entropy(ddp(xb), yb) / K
-                loss.backward()
-            elif variant == "right":
-                with quiet:  # forward AND backward inside
-                    loss = nn.functional.cross_entropy(ddp(xb), yb) / K
-                    loss.backward()
-            elif variant == "broken A":
-                loss = nn.functional.cross_entropy(ddp(xb), yb) / K  # forward outside
-                with quiet:
-                    loss.backward()
-            else:  # "broken B": every forward inside no_sync, the last backward outside
-                with ddp.no_sync():
-                    loss = nn.functional.cross_entropy(ddp(xb), yb) / K
-                loss.backward()
+            VARIANTS[variant](ddp, xb, yb, last=i == K - 1)
         opt.step()
     return model, calls[0]
 
 
+# %% [markdown]
+# ## Run every variant on 2 real ranks, minidp and torch side by side
+
+
+# %%
 def accumulation_lesson(rank: int, world: int) -> dict:
     out = {}
     for variant in VARIANTS:

@@ -68,32 +68,38 @@ def save_as_if_on_gpu(obj, path: Path) -> None:
         ]
 
 
-def checkpoint_lesson(rank: int, world: int, folder: str) -> dict:
-    folder = Path(folder)
-    x, y = kit.make_data(STEPS * 32, seed=rank)
-    data = kit.batches(x, y, 32)
-    ddp = minidp.DistributedDataParallel(kit.make_model(seed=0))
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
-    train_steps(ddp, opt, data[:2])
-    out: dict = {"keys": list(ddp.state_dict())}
+# %% [markdown]
+# ## 1. Broken: loading before the save finished
+# No barrier between rank 0's save and the other ranks' load. In a real job this is a race
+# that a big model on a slow disk loses; here rank 0 writes only after rank 1 has tried, so
+# the lesson shows the unlucky order every time.
 
-    # 1. broken: no barrier between rank 0's save and the other ranks' load. In a real job
-    # this is a race that a big model on a slow disk loses; here rank 0 writes only after
-    # rank 1 has tried, so the lesson shows the unlucky order every time.
+
+# %%
+def load_too_early(rank: int, folder: Path, ddp) -> str | None:
     early = folder / "early.pt"
+    result = None
     if rank != 0:
         try:
             torch.load(early, map_location="cpu", weights_only=True)
-            out["early"] = "loaded"
+            result = "loaded"
         except (FileNotFoundError, RuntimeError, EOFError) as exc:
-            out["early"] = f"{type(exc).__name__}: {str(exc)[:90]}"
-            kit.say(rank, f"loaded too early -> {out['early']}")
+            result = f"{type(exc).__name__}: {str(exc)[:90]}"
+            kit.say(rank, f"loaded too early -> {result}")
     barrier()  # (only to force the order above)
     if rank == 0:
         torch.save(ddp.module.state_dict(), early)
     barrier()
+    return result
 
-    # fixed: save (rank 0) -> barrier -> everybody loads
+
+# %% [markdown]
+# ## Fixed: save on rank 0 -> `barrier()` -> everybody loads
+# Written to a temporary name and renamed (atomic), so nobody ever sees half a file.
+
+
+# %%
+def save_then_load(rank: int, folder: Path, ddp, opt) -> dict:
     ckpt = folder / "step2.pt"
     if rank == 0:
         time.sleep(SLOW_DISK_S)
@@ -104,48 +110,90 @@ def checkpoint_lesson(rank: int, world: int, folder: str) -> dict:
         kit.say0(rank, f"rank 0 saved {ckpt.name}")
     barrier()  # nobody passes until rank 0 has finished writing
     loaded = torch.load(ckpt, map_location="cpu", weights_only=True)
-    out["step2"] = loaded["model"]
     kit.say(
         rank,
         f"loaded {ckpt.name} after the barrier: step {loaded['step']}, {len(loaded['model'])} tensors",
     )
+    return loaded
 
-    # 2. map_location: a checkpoint written by a GPU job
+
+# %% [markdown]
+# ## 2. `map_location`: a checkpoint written by a GPU job
+
+
+# %%
+def load_gpu_checkpoint(rank: int, folder: Path, state: dict) -> tuple[str, dict]:
     gpu_file = folder / "from_gpu.pt"
     if rank == 0:
-        save_as_if_on_gpu(loaded["model"], gpu_file)
+        save_as_if_on_gpu(state, gpu_file)
     barrier()
     try:
         torch.load(gpu_file, weights_only=True)
-        out["no map_location"] = "loaded (this machine has a GPU)"
+        refused = "loaded (this machine has a GPU)"
     except (RuntimeError, pickle.UnpicklingError) as exc:  # torch < 2.6 wraps it in the latter
         cause = re.search(r"Attempting to deserialize object on a CUDA device[^.]*", str(exc))
-        out["no map_location"] = cause[0] if cause else str(exc).splitlines()[0]
-    out["with map_location"] = torch.load(gpu_file, map_location="cpu", weights_only=True)
+        refused = cause[0] if cause else str(exc).splitlines()[0]
+    return refused, torch.load(gpu_file, map_location="cpu", weights_only=True)
 
-    # 3. weights_only refuses arbitrary objects
+
+# %% [markdown]
+# ## 3. `weights_only` refuses arbitrary objects
+
+
+# %%
+def load_object_checkpoint(rank: int, folder: Path, state: dict) -> str:
     obj_file = folder / "with_object.pt"
     if rank == 0:
-        torch.save({"model": loaded["model"], "config": Config()}, obj_file)
+        torch.save({"model": state, "config": Config()}, obj_file)
     barrier()
     try:
         # explicit: the default since torch 2.6, but torch 2.4/2.5 would load the object
         torch.load(obj_file, map_location="cpu", weights_only=True)
-        out["weights_only"] = "loaded"
+        return "loaded"
     except pickle.UnpicklingError as exc:  # the type on every torch from 2.4 to 2.14
         text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # torch bolds a phrase with ANSI codes
-        out["weights_only"] = f"{type(exc).__name__}: " + " ".join(text.split())[:100]
+        return f"{type(exc).__name__}: " + " ".join(text.split())[:100]
 
-    # 4. the module. prefix
+
+# %% [markdown]
+# ## 4. The `module.` prefix
+
+
+# %%
+def load_into_plain_model(ddp) -> str:
     plain = kit.make_model(seed=1)
     try:
         plain.load_state_dict(ddp.state_dict())
-        out["prefix"] = "loaded"
+        return "loaded"
     except RuntimeError as exc:
-        out["prefix"] = " ".join(str(exc).split())
+        return " ".join(str(exc).split())
 
-    # resume: a fresh model and optimizer from the checkpoint, 2 more steps
-    resumed = minidp.DistributedDataParallel(kit.make_model(seed=7))  # other weights: overwritten
+
+# %% [markdown]
+# ## Resume, and run it all on 2 real ranks
+# A fresh model and optimizer (other weights: overwritten) load the step-2 checkpoint and
+# train 2 more steps, beside the run that never stopped and torch's DDP on the same data.
+
+
+# %%
+def checkpoint_lesson(rank: int, world: int, folder: str) -> dict:
+    folder = Path(folder)
+    x, y = kit.make_data(STEPS * 32, seed=rank)
+    data = kit.batches(x, y, 32)
+    ddp = minidp.DistributedDataParallel(kit.make_model(seed=0))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    train_steps(ddp, opt, data[:2])
+    out: dict = {"keys": list(ddp.state_dict())}
+    out["early"] = load_too_early(rank, folder, ddp)
+    loaded = save_then_load(rank, folder, ddp, opt)
+    out["step2"] = loaded["model"]
+    out["no map_location"], out["with map_location"] = load_gpu_checkpoint(
+        rank, folder, loaded["model"]
+    )
+    out["weights_only"] = load_object_checkpoint(rank, folder, loaded["model"])
+    out["prefix"] = load_into_plain_model(ddp)
+
+    resumed = minidp.DistributedDataParallel(kit.make_model(seed=7))
     resumed.module.load_state_dict(loaded["model"])
     opt2 = torch.optim.SGD(resumed.parameters(), lr=0.1, momentum=0.9)
     opt2.load_state_dict(loaded["optim"])
