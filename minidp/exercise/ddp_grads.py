@@ -39,6 +39,21 @@ CASES = (  # world 2 first: the mistakes show from 2 ranks on, and one world sta
 )
 
 
+def ddp_cases(**more):
+    """Hypothesis strategy: world 1..3 (the rank processes already up), batch rows 1..8,
+    any seed, plus the exercise's own keys (``more``: name -> strategy)."""
+    from hypothesis import strategies as st
+
+    keys = {"world": st.integers(1, 3), "seed": st.integers(0, 99), "rows": st.integers(1, 8)}
+    return st.fixed_dictionaries({**keys, **more})
+
+
+def _st():
+    from hypothesis import strategies
+
+    return strategies
+
+
 def warm_ddp(rank: int, world_size: int) -> None:
     """``Exercise.prepare``: the first torch DDP (and optimizer) in a process imports
     ``torch._dynamo`` — seconds, paid before the case clock runs."""
@@ -64,8 +79,9 @@ def _model(case) -> nn.Module:
 
 def _data(case, rank: int, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(case["seed"] * 7919 + rank * 101 + step)
-    return (torch.randn(6, 5, generator=g, dtype=torch.float64),
-            torch.randn(6, 3, generator=g, dtype=torch.float64))  # fmt: skip
+    rows = case.get("rows", 6)  # this rank's batch
+    return (torch.randn(rows, 5, generator=g, dtype=torch.float64),
+            torch.randn(rows, 3, generator=g, dtype=torch.float64))  # fmt: skip
 
 
 def _loss(model, batch) -> torch.Tensor:
@@ -113,6 +129,7 @@ AVERAGE_GRADIENTS = Exercise(
     reference="torch.nn.parallel.DistributedDataParallel's gradients (gloo), float64, rtol 1e-12",
     run_rank=_run_average,
     cases=CASES,
+    strategy=ddp_cases,
     **ON_RANK_PROCESSES,
     mistakes=(
         NOT_DIVIDED,
@@ -219,6 +236,7 @@ BUCKETED_DDP = Exercise(
     reference="torch.nn.parallel.DistributedDataParallel's gradients (gloo), float64, rtol 1e-12",
     run_rank=_run_buckets,
     cases=tuple({**c, "cap": 200} for c in CASES),  # 200 bytes: 3 buckets of this MLP
+    strategy=lambda: ddp_cases(cap=_st().sampled_from([1, 100, 200, 400, 2**20])),
     **ON_RANK_PROCESSES,
     mistakes=(
         Mistake(
@@ -292,6 +310,7 @@ NO_SYNC_ACCUMULATION = Exercise(
     "last micro-batch): its gradients, float64 rtol 1e-12, and its all-reduce count",
     run_rank=_run_no_sync,
     cases=tuple({**c, "micro": m} for c, m in zip(CASES, (3, 2, 3))),
+    strategy=lambda: ddp_cases(micro=_st().integers(1, 4)),
     **ON_RANK_PROCESSES,
     mistakes=(
         Mistake(

@@ -57,17 +57,21 @@ def _batch(case, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's batch: x (B, F) float32 and labels y (B,) in 0..2."""
     g = torch.Generator().manual_seed(case.get("seed", 0) * 1009 + rank)
     rows, features = case["shape"]
-    return torch.randn(rows, features, generator=g), torch.randint(0, 3, (rows,), generator=g)
+    x = torch.randn(rows, features, generator=g).to(getattr(torch, case.get("dtype", "float32")))
+    return x, torch.randint(0, 3, (rows,), generator=g)
 
 
 CASES = (  # batch 10 on 4 devices: 3,3,3,1; batch 5: 2,2,1 (3 devices); batch 3 on 5
     {"world": 1, "shape": (10, 3), "devices": 4, "seed": 0},
     {"world": 2, "shape": (8, 2), "devices": 4, "seed": 1},
     {"world": 3, "shape": (5, 3), "devices": 4, "seed": 2},
-    {"world": 1, "shape": (7, 2), "devices": 3, "seed": 3},
-    {"world": 2, "shape": (3, 2), "devices": 5, "seed": 4},
+    {"world": 1, "shape": (7, 2), "devices": 3, "seed": 3, "dtype": "float16"},
+    {"world": 2, "shape": (3, 2), "devices": 5, "seed": 4, "dtype": "int64"},
     {"world": 1, "shape": (6, 1), "devices": 1, "seed": 5},
 )
+
+
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int64")  # scatter/gather: any dtype
 
 
 def dp_cases():
@@ -80,6 +84,7 @@ def dp_cases():
             "shape": st.tuples(st.integers(1, 12), st.integers(1, 4)),
             "devices": st.integers(1, 6),
             "seed": st.integers(0, 99),
+            "dtype": st.sampled_from(DTYPES),
         }
     )
 
@@ -94,6 +99,8 @@ def shrink_dp(case):
             yield {**case, "shape": (smaller, features)}
     for d in range(2, case["devices"]):
         yield {**case, "devices": d}
+    if case.get("dtype", "float32") != "float32":
+        yield {**case, "dtype": "float32"}
     if case["seed"]:
         yield {**case, "seed": 0}
 
@@ -276,8 +283,13 @@ DATA_PARALLEL_STEP = Exercise(
     summary="one DataParallel step: scatter, replicate, threads, gather, summed gradients",
     reference="torch.nn.DataParallel (CPU: the plain module), float64, rtol 1e-10",
     run_rank=_run_dp_step,
-    cases=tuple({**c, "accumulate": i == 3} for i, c in enumerate(CASES)),
-    strategy=lambda: dp_cases().map(lambda c: {**c, "accumulate": c["seed"] % 3 == 0}),
+    cases=tuple(
+        {**{k: v for k, v in c.items() if k != "dtype"}, "accumulate": i == 3}
+        for i, c in enumerate(CASES)
+    ),
+    strategy=lambda: dp_cases().map(
+        lambda c: {**c, "dtype": "float64", "accumulate": c["seed"] % 3 == 0}
+    ),
     shrink=shrink_dp,
     tolerance=lambda case: (1e-10, 1e-12),
     mistakes=(
