@@ -53,7 +53,11 @@ def make_buckets(params: list[nn.Parameter], cap_bytes: int) -> list[list[nn.Par
 
 
 class DistributedDataParallel(nn.Module):
-    """The textbook DDP: ``ddp(x)``, ``loss.backward()``, ``optimizer.step()`` as usual."""
+    """The textbook DDP: ``ddp(x)``, ``loss.backward()``, ``optimizer.step()`` as usual.
+
+    Wrap a model once: the hooks stay on its parameters (the faithful one removes them
+    when the wrapper is dropped).
+    """
 
     def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, group=None) -> None:
         super().__init__()
