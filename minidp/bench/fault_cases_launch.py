@@ -90,7 +90,8 @@ if __name__ == "__main__":
 }
 
 
-def _env() -> dict:
+def subprocess_env() -> dict:
+    """This environment for a fresh interpreter: finds this checkout, is no torchrun rank."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
@@ -110,7 +111,7 @@ def run_script(name: str, how: str, cwd: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, *cmd],
         cwd=cwd,
-        env=_env(),
+        env=subprocess_env(),
         input=source if how == "stdin" else None,
         capture_output=True,
         text=True,
@@ -152,7 +153,7 @@ def orphans_after_parent_killed(cwd: str, give_up_s: float = 60.0) -> tuple[list
     parent = subprocess.Popen(
         [sys.executable, "orphans.py"],
         cwd=cwd,
-        env=_env(),
+        env=subprocess_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,  # the dead parent's resource tracker reports semaphores
         text=True,

@@ -46,6 +46,7 @@ from minidp.bench.fault_cases import BACKSTOP_S, FAULTS, TIMEOUT_S, Fault
 from minidp.bench.fault_cases import (  # re-exported: tests reuse the SIGKILL injector
     killed_mid_all_reduce as killed_mid_all_reduce,
 )
+from minidp.bench.fault_cases_comm import COMM_FAULTS
 from minidp.bench.fault_cases_launch import LAUNCH_FAULTS
 from minidp.launch import ProcessWorld, WorkerError, child_processes, run_threads
 from minidp.launch.errors import Failure
@@ -188,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--budget", type=float, default=2.0, help="seconds per size (2)")
     args = p.parse_args(argv)
-    faults = [f for f in FAULTS + LAUNCH_FAULTS if args.only.lower() in f.name.lower()]
+    rows = FAULTS + LAUNCH_FAULTS + COMM_FAULTS
+    faults = [f for f in rows if args.only.lower() in f.name.lower()]
     print(
         f"faults benchmark on {platform.machine()} with {os.cpu_count()} CPU cores, torch "
         f"{torch.__version__}, gloo over loopback; {len(faults)} rows, each in a fresh world",
