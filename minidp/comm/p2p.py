@@ -131,7 +131,12 @@ def translate(exc: BaseException, group, peer: int, direction: str) -> Collectiv
 
 
 def isend(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Message:
-    """Start sending ``tensor`` (contiguous) to group rank ``peer``."""
+    """Start sending ``tensor`` (contiguous) to group rank ``peer``.
+
+    ``peer`` counts within ``group``, as ``ProcessGroup.send`` does (the layer below
+    ``torch.distributed.send``, whose ``dst`` is global): the collectives are written in
+    group ranks; their public arguments (``broadcast(src=...)``) are global, like torch's.
+    """
     nbytes = tensor.numel() * tensor.element_size()
     traffic.add("send", nbytes)
     if trace.active:
