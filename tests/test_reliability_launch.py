@@ -126,7 +126,10 @@ def test_script_with_main_guard_runs(tmp_path):
     assert (out.returncode, out.stdout.strip()) == (0, "[0, 1]"), out.stderr
 
 
-@pytest.mark.parametrize("how", ["-c", "stdin"])
+@pytest.mark.parametrize(
+    "how",
+    ["-c", pytest.param("stdin", marks=pytest.mark.slow)],  # stdin: same check as -c
+)
 def test_rank_function_from_an_interactive_main_is_a_clear_error(how, tmp_path):
     out = run_script("interactive", how, str(tmp_path))
     assert out.returncode == 1
