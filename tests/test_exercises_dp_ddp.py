@@ -83,8 +83,8 @@ def test_torch_scatter_gather_run_on_cpu_and_are_restored():
 
 def test_rank_processes_are_shared_between_checks():
     """A second check of a process exercise reuses the rank processes of the first."""
-    ex = find("average_gradients")
-    assert check(ex, ex.solution).passed
+    ex, wrong = find("average_gradients"), WRONG_DIR / "average_gradients__no_divide.py"
+    assert check(ex, wrong, generated=0).failure.case["world"] == 2  # fails in world 2
     first = shared_ranks(2, timeout=60.0)
-    assert check(ex, WRONG_DIR / "average_gradients__no_divide.py", generated=0).failure
+    assert check(ex, wrong, generated=0).failure.mistake.name.startswith("forgot to divide")
     assert shared_ranks(2, timeout=60.0) is first and not first.broken

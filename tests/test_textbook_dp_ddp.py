@@ -211,7 +211,7 @@ def test_textbook_ddp_errors():
 # ----------------------------------------------------------------------------- sampler
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     length=st.integers(0, 60),
     world=st.integers(1, 7),
