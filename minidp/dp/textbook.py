@@ -85,12 +85,12 @@ def data_parallel_step(
     # The parameter server: replica gradients summed on the main device, in device order.
     with torch.no_grad():
         for p, *copies in zip(model.parameters(), *(r.parameters() for r in replicas)):
-            grads = [c.grad.to(used[0]) for c in copies if c.grad is not None]
-            if grads:
-                total = grads[0]
-                for g in grads[1:]:
-                    total = total + g  # ((g0 + g1) + g2) + ...: the order fixes the bits
-                p.grad = total if p.grad is None else p.grad + total
+            if copies[0].grad is None:
+                continue  # frozen, or not used by the loss
+            total = copies[0].grad.to(used[0])
+            for c in copies[1:]:
+                total = total + c.grad.to(used[0])  # ((g0 + g1) + g2) + ...: order = bits
+            p.grad = total if p.grad is None else p.grad + total
         for b, b0 in zip(model.buffers(), replicas[0].buffers()):
             b.copy_(b0)  # replica 0 IS the model in torch: its BatchNorm stats persist
     return output, loss
