@@ -256,4 +256,13 @@ if __name__ == "__main__":
             print(
                 f"  (FSDP2 skipped: torch {torch.__version__}'s gloo has no reduce_scatter; >= 2.8)"
             )
+
+# %% [markdown]
+# ## Exercise
+# Write one FSDP unit's step yourself — pad and all-gather the shards, forward, backward,
+# pad and reduce-scatter the gradients — checked against torch DDP's averaged gradients:
+# `python -m minidp exercise check fsdp_unit` (stub: `lessons/exercises/fsdp_unit.py`).
+
+# %%
+if __name__ == "__main__":
     kit.done()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from test_exercises_dp_ddp import WRONG as DP_DDP_WRONG
+from test_fsdp_exercise import WRONG as FSDP_WRONG
 
 from minidp.exercise import EXERCISES, check, find, main
 from minidp.exercise import report as printer
@@ -77,7 +78,8 @@ def test_untouched_stub_is_not_implemented_yet(exercise):
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=_ids)
 def test_every_exercise_has_wrong_solutions_and_a_lesson(exercise):
-    others = DP_DDP_WRONG  # the DP/DDP exercises' wrong solutions, tested in their own file
+    # the DP/DDP and FSDP exercises' wrong solutions, tested in their own files
+    others = DP_DDP_WRONG + [("fsdp_unit", what, mistake) for what, mistake in FSDP_WRONG]
     wrong = [row[0] for row in WRONG + DEADLOCKS + others]
     assert wrong.count(exercise.name) >= 2, f"{exercise.name}: add 2 wrong solutions to WRONG"
     lesson = Path(exercise.stub).parents[1] / f"{exercise.lesson}.py"

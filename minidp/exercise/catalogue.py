@@ -7,7 +7,15 @@ Test: ``pytest tests/test_exercises.py``
 
 from __future__ import annotations
 
-from minidp.exercise import comm_metrics, comm_p2p, comm_ring, ddp_grads, ddp_loop, dp_split
+from minidp.exercise import (
+    comm_metrics,
+    comm_p2p,
+    comm_ring,
+    ddp_grads,
+    ddp_loop,
+    dp_split,
+    fsdp_unit,
+)
 from minidp.exercise.spec import Exercise
 
 EXERCISES: tuple[Exercise, ...] = (
@@ -26,6 +34,7 @@ EXERCISES: tuple[Exercise, ...] = (
     ddp_loop.DISTRIBUTED_SAMPLER,
     ddp_grads.NO_SYNC_ACCUMULATION,
     ddp_loop.CHECKPOINT,
+    fsdp_unit.FSDP_UNIT,
 )
 
 
