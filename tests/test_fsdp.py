@@ -26,6 +26,7 @@ import pytest
 import torch
 import torch.nn as nn
 from helpers import gloo_all_reduce
+from test_fsdp_support import BLOCKS as BLOCKS_IN_LM
 from test_fsdp_support import (
     SCENARIOS,
     Block,
@@ -34,11 +35,15 @@ from test_fsdp_support import (
     loss_fn,
     round_trip,
     run_scenario,
+    seeded_lm,
     textbook_vs_fully_shard,
+    wrap,
 )
 
 import minidp
+from minidp.comm import count_traffic
 from minidp.comm import group as groups
+from minidp.fsdp import sharded_bytes, traffic
 from minidp.fsdp.reduce import gloo_reduce_scatter
 from minidp.launch import WorkerError, run_threads
 
@@ -160,3 +165,52 @@ def test_textbook_equals_fully_shard():
     for rank, rows in enumerate(run_threads(textbook_vs_fully_shard, 2)):
         diffs = [r for r in rows if r[2] != 0.0]
         assert rows and diffs == [], f"rank {rank}: (step, param, max |diff|): {diffs[:5]}"
+
+
+def test_zero_dim_parameter_is_refused():
+    model = nn.Linear(2, 2)
+    model.scale = nn.Parameter(torch.tensor(1.0))
+    with pytest.raises(
+        ValueError, match=r"scale is a 0-dim parameter; FSDP shards dim 0 — give it"
+    ):
+        minidp.fully_shard(model)
+
+
+def _shared_with_wrapped_child(rank, world):
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    minidp.fully_shard(model[0])
+    model.extra = model[0].weight  # the parent also holds the child's (sharded) weight
+    minidp.fully_shard(model)
+
+
+def test_parameter_shared_with_a_wrapped_child_is_refused():
+    with pytest.raises(WorkerError, match=r"0 is wrapped already but shares a parameter"):
+        run_threads(_shared_with_wrapped_child, 1, timeout=30)
+
+
+def _traffic_per_step(rank, world, param_dtype):
+    policy = minidp.MixedPrecisionPolicy(param_dtype=param_dtype)
+    model = wrap(seeded_lm(), minidp.fully_shard, True, policy)
+    readings = []
+    for tokens, target in batches(rank, 3):
+        loss_fn(model, tokens, target).backward()
+        readings.append(traffic(model).sent_bytes)
+    with count_traffic() as header:
+        minidp.comm.barrier()  # what one collective's cross-rank header check sends
+    return readings[2] - readings[1], sharded_bytes(model)["params"], header.sent_bytes
+
+
+def test_traffic_per_step_is_three_passes_of_the_shards():
+    """2 ranks: each rank sends its padded shards once per all-gather (2 per block: forward
+    and backward; 1 for the root, kept gathered) and once for the reduce-scatter, plus the
+    header check of each collective; bf16 gathers and reduces halve the payload."""
+    world = 2
+    for dtype, size in ((None, 4), (torch.bfloat16, 2)):
+        for rank, (step, shard_bytes, header) in enumerate(
+            run_threads(_traffic_per_step, world, dtype)
+        ):
+            blocks = sum(p.numel() for p in Block(10).parameters()) * BLOCKS_IN_LM  # even rows
+            root = shard_bytes // 4 - blocks // world  # root's padded shard, elements
+            payload = (3 * blocks // world + 2 * root) * size * (world - 1)
+            collectives = 3 * BLOCKS_IN_LM + 2
+            assert step == payload + collectives * header, (rank, dtype, step, payload, header)

@@ -54,7 +54,7 @@ def draw(out: Path, quick: bool = False) -> Path:
     from minidp.launch import spawn
 
     plt = pyplot()
-    width = 512 if quick else 1024
+    width = 256 if quick else 1024
     res = spawn(_fsdp_timeline_rank, 2, width, 3 if quick else 6)
     events = [e for r in res for e in r["events"] if e["name"] not in ("send", "recv")]
     start = min(e["ts"] for e in events)
