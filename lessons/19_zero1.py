@@ -155,4 +155,5 @@ if __name__ == "__main__":
             for k in ("exp_avg", "exp_avg_sq", "step")
         ],
     )
+    print("Exercise: write ZeRO-1's step yourself — python -m minidp exercise check zero1_step")
     kit.done()
