@@ -37,6 +37,8 @@ WRONG = [
     ("broadcast", "not_in_place", "not in place"),
     ("average_metric", "mean_of_means", "mean of means"),
     ("average_metric", "local_only", "local mean only"),
+    ("zero1_step", "no_broadcast", "no broadcast from the owners"),
+    ("zero1_step", "no_divide", "forgot to divide by the world size"),
 ]
 # (exercise, file, the line every rank is stuck at, rank 0's counters there): blocking
 # sends on every rank

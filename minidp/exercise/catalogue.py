@@ -15,6 +15,7 @@ from minidp.exercise import (
     ddp_loop,
     dp_split,
     fsdp_unit,
+    zero_step,
 )
 from minidp.exercise.spec import Exercise
 
@@ -35,6 +36,7 @@ EXERCISES: tuple[Exercise, ...] = (
     ddp_grads.NO_SYNC_ACCUMULATION,
     ddp_loop.CHECKPOINT,
     fsdp_unit.FSDP_UNIT,
+    zero_step.ZERO1_STEP,
 )
 
 
