@@ -3,7 +3,10 @@
 * :func:`fully_shard` — make a module one FSDP unit (submodules first, then the root),
   like ``torch.distributed.fsdp.fully_shard``; ``wrap.py`` (the call), ``unit.py`` (one
   unit's shards and collectives), ``root.py`` (the schedule: prefetch, reduce-scatter),
-  ``shard.py`` (dim-0 chunks with padding), ``policy.py`` (:class:`MixedPrecisionPolicy`).
+  ``shard.py`` (dim-0 chunks with padding), ``reduce.py`` (the reduce-scatter in gloo's
+  order), ``policy.py`` (:class:`MixedPrecisionPolicy`).
+* ``textbook.py`` — :class:`~minidp.fsdp.textbook.TextbookFSDP`: the idea in 70 lines (one
+  flat shard per rank, no units, no prefetch), to read first.
 * :func:`full_state_dict` / :func:`load_full_state_dict` — the unsharded parameters by
   name (a collective), and back; :func:`sharded_bytes` — what this rank holds;
   :func:`traffic` — what its collectives moved.
