@@ -61,7 +61,11 @@ DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")  # TORCH_DISTRIBUTED_DEBUG's values
 
 
 def debug_level(value: str | None) -> str:
-    """The ``MINIDP_DEBUG`` level for ``value`` (unset or empty: OFF), or a ValueError."""
+    """The ``MINIDP_DEBUG`` level for ``value`` (unset or empty: OFF), or a ValueError.
+
+    One difference from torch, on purpose: an empty ``TORCH_DISTRIBUTED_DEBUG=`` raises,
+    an empty ``MINIDP_DEBUG=`` means unset (what ``MINIDP_DEBUG= python ...`` intends).
+    """
     level = (value or "OFF").upper()
     if level not in DEBUG_LEVELS:
         raise ValueError(
