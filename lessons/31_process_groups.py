@@ -14,11 +14,13 @@
 #   on a name in the store); a rank that skips one leaves the others waiting;
 # * inside a group, ranks are renumbered from 0: global rank 2 is rank 0 of [2, 3]
 #   (`dist.get_rank(g)`; `dist.get_process_group_ranks(g)` maps back);
+# * `src` (broadcast, reduce, scatter) is a **global** rank, even on a subgroup: on [2, 3]
+#   the second member is `src=3`, not 1;
 # * a non-member gets a placeholder (`GroupMember.NON_GROUP_MEMBER`); `get_rank` says -1
 #   and a collective on it warns and does nothing.
 #
-# minidp's collectives accept the same groups: here `minidp.comm.all_reduce` and
-# `all_gather` on each subgroup against `torch.distributed`'s on the same subgroup.
+# minidp's collectives accept the same groups: here `minidp.comm.all_reduce`, `all_gather`
+# and `broadcast` on each subgroup against `torch.distributed`'s on the same subgroup.
 
 # %%
 import warnings
@@ -51,6 +53,11 @@ def in_groups(rank: int, world: int) -> dict:
     gathered_theirs = [torch.empty_like(x) for _ in range(2)]
     minidp.comm.all_gather(gathered_ours, x, group=mine)
     dist.all_gather(gathered_theirs, x, group=mine)
+    # broadcast: src is a *global* rank, as in torch (3 is rank 1 of [2, 3]), not 1
+    root = GROUPS[rank // 2][1]
+    cast_ours, cast_theirs = x.clone(), x.clone()
+    minidp.comm.broadcast(cast_ours, src=root, group=mine)
+    dist.broadcast(cast_theirs, src=root, group=mine)
     # what a rank outside a group sees
     outside = x.clone()
     with warnings.catch_warnings(record=True) as caught:
@@ -66,6 +73,7 @@ def in_groups(rank: int, world: int) -> dict:
         "other_is_placeholder": other == dist.GroupMember.NON_GROUP_MEMBER,
         "sum": (ours, theirs),
         "gather": (gathered_ours, gathered_theirs),
+        "broadcast": (cast_ours, cast_theirs),
         "outside_untouched": torch.equal(outside, x) and torch.equal(theirs_outside, x),
         "warnings": [str(w.message) for w in caught],
     }
@@ -111,8 +119,19 @@ if __name__ == "__main__":
             rep["gather"][0],
             rep["gather"][1],
         )
+    for r, rep in enumerate(reports):
+        kit.check(
+            f"rank {r}: minidp broadcast(src={GROUPS[r // 2][1]}, a global rank) vs torch's",
+            rep["broadcast"][0],
+            rep["broadcast"][1],
+        )
     for members in GROUPS:
         a, b = members
+        kit.check(
+            f"group {members}: the broadcast delivers x{b} to rank {a}",
+            reports[a]["broadcast"][0],
+            xs[b],
+        )
         kit.check(
             f"group {members}: the sum is x{a} + x{b} only", reports[a]["sum"][0], xs[a] + xs[b]
         )
