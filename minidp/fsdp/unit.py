@@ -48,6 +48,7 @@ class FSDPUnit:
         self.shapes = [p.shape for p in params]
         self.requires_grad = [p.requires_grad for p in params]
         self.dtype = params[0].dtype if params else torch.float32
+        self.device = params[0].device if params else torch.device("cpu")
         self.param_dtype = self.mp.param_dtype or self.dtype
         with torch.no_grad():
             self.padded = [shard.padded_shard(p.detach(), self.world, self.rank) for p in params]
@@ -83,7 +84,7 @@ class FSDPUnit:
     def flat_shards(self, dtype: torch.dtype) -> torch.Tensor:
         """``(T,)`` this rank's padded shards end to end, in ``dtype``."""
         if not self.padded:
-            return torch.empty(0, dtype=dtype)
+            return torch.empty(0, dtype=dtype, device=self.device)
         return torch.cat([p.reshape(-1) for p in self.padded]).to(dtype)
 
     def gather_full(self, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -98,7 +99,7 @@ class FSDPUnit:
         fulls = self.gather_full(self.param_dtype)
         if not self.full:
             self.full = [
-                nn.Parameter(torch.empty(s, dtype=self.param_dtype), rg)
+                nn.Parameter(torch.empty(s, dtype=self.param_dtype, device=self.device), rg)
                 for s, rg in zip(self.shapes, self.requires_grad)
             ]
         with torch.no_grad():
