@@ -155,6 +155,7 @@ def fsdp_lesson(rank: int, world: int) -> dict:
     model.zero_grad(set_to_none=True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     out["events"] = train(model, opt, batches(rank), record_step=STEPS - 1)
+    out["last_step"] = sharded_bytes(model)  # its peak_gathered: the most held at once
     out["minidp"] = full_state_dict(model)
     # PyTorch: plain DDP (any torch) and FSDP2 (gloo reduce-scatter: torch >= 2.8)
     ddp = nn.parallel.DistributedDataParallel(make_model())
@@ -193,6 +194,16 @@ if __name__ == "__main__":
         "after forward only the root unit is gathered",
         after["gathered"] == root_bytes,
         f"{after['gathered']:,} bytes",
+    )
+    block_bytes = sum(p.nbytes for p in Block(DIM).parameters())
+    peak = r0["last_step"]["peak_gathered"]
+    print(f"  rank 0's peak during a training step: {peak:,} bytes of full parameters "
+          f"(root {root_bytes:,}, a block {block_bytes:,}; at most the block computing and "
+          "the one prefetched)")  # fmt: skip
+    kit.check_true(
+        "peak: the root and at most two blocks gathered at once, not the whole model",
+        root_bytes + block_bytes <= peak <= root_bytes + 2 * block_bytes < full,
+        f"{peak:,} of {full:,} bytes",
     )
 
 # %% [markdown]

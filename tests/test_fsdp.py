@@ -215,3 +215,25 @@ def test_traffic_per_step_is_three_passes_of_the_shards():
             payload = (3 * blocks // world + 2 * root) * size * (world - 1)
             collectives = 3 * BLOCKS_IN_LM + 2
             assert step == payload + collectives * header, (rank, dtype, step, payload, header)
+
+
+def _peak(rank, world, reshard):
+    torch.manual_seed(0)  # (threads share the RNG, but only shapes matter here)
+    model = wrap(TinyLM(blocks=4), minidp.fully_shard, reshard, None)
+    for tokens, target in batches(rank, 3):
+        loss_fn(model, tokens, target).backward()
+    return sharded_bytes(model)["peak_gathered"]
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_peak_gathered_is_the_root_and_two_blocks(reshard):
+    """Resharding after forward: at most the root, the unit computing and the one being
+    prefetched are gathered at once. Without it every block stays gathered until backward
+    has passed it, so the peak is the whole model."""
+    block = sum(p.numel() for p in Block(10).parameters()) * 4  # full fp32 bytes
+    root = (13 * 10 + 2 * 10) * 4  # tied embedding/head + final norm
+    for peak in run_threads(_peak, 2, reshard):
+        if reshard:
+            assert root + block <= peak <= root + 2 * block, (peak, root, block)
+        else:
+            assert peak == root + 4 * block, (peak, root, block)

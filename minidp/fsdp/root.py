@@ -48,6 +48,7 @@ class Root:
         # bytes this rank moved, all steps (count_traffic counts per thread: the collectives
         # run on the communication thread, so they are counted there, into this total)
         self.traffic = Traffic()
+        self.peak_gathered = 0  # most bytes of full parameters held at once, this step
         for u in units:
             u.root = self
 
@@ -63,6 +64,11 @@ class Root:
     def _gather(self, unit) -> None:
         with trace.span(f"all-gather {unit.label}", lane="comm"):
             self._counted(unit.gather)
+        self._note_peak()  # a prefetched unit lands while another one computes
+
+    def _note_peak(self) -> None:
+        gathered = sum(p.untyped_storage().nbytes() for u in self.units for p in u.full)
+        self.peak_gathered = max(self.peak_gathered, gathered)
 
     def prefetch(self, unit) -> None:
         """Start ``unit``'s all-gather on the communication thread, unless it is there."""
@@ -86,6 +92,7 @@ class Root:
             ]
         unit.install(unit.full)
         unit.is_unsharded = True
+        self._note_peak()
 
     # ---- forward -----------------------------------------------------------------------
 
@@ -150,6 +157,7 @@ class Root:
             self.last_order = self.order
         self.order, self.post_order = [], []
         self.backward_started = False
+        self.peak_gathered = 0
 
     # ---- backward ----------------------------------------------------------------------
 

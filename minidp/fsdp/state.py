@@ -6,7 +6,8 @@
 * ``load_full_state_dict(model, sd)`` — no communication: each rank copies its own dim-0
   chunk of each full tensor into its shard (any world size can load what another saved).
 * ``sharded_bytes(model)`` — bytes this rank holds in shards, their gradients, and full
-  parameters gathered right now: FSDP's memory, read from the tensors.
+  parameters gathered right now and at the peak of the last step: FSDP's memory, read
+  from the tensors.
 * ``traffic(model)`` — bytes and messages this rank's all-gathers and reduce-scatters
   moved so far (a running total; subtract two readings for one step).
 
@@ -78,10 +79,15 @@ def traffic(model: nn.Module) -> Traffic:
 
 
 def sharded_bytes(model: nn.Module) -> dict[str, int]:
-    """Bytes on this rank: ``params`` (padded shards), ``grads`` (shards' .grad), ``gathered``."""
+    """Bytes on this rank: ``params`` (padded shards), ``grads`` (shards' .grad), ``gathered``
+    (full parameters held now) and ``peak_gathered`` (the most held at once in the last step).
+    """
     params = grads = gathered = 0
-    for _, unit in _units(model):
+    units = _units(model)
+    root = units[0][1].root
+    for _, unit in units:
         params += sum(p.nbytes for p in unit.padded)
         grads += sum(p.grad.nbytes for p in unit.sharded if p.grad is not None)
         gathered += sum(p.untyped_storage().nbytes() for p in unit.full)
-    return {"params": params, "grads": grads, "gathered": gathered}
+    peak = root.peak_gathered if root is not None else 0
+    return {"params": params, "grads": grads, "gathered": gathered, "peak_gathered": peak}
