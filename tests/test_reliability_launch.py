@@ -211,7 +211,7 @@ def _never_returns(rank, world, how):
             except Exception:  # user code that swallows errors must not keep it alive
                 pass
     if rank == 1 and how == "sleeps":
-        time.sleep(6)  # one C call: no bytecode boundary until it returns
+        time.sleep(7)  # one C call: no bytecode boundary until it returns
     return rank
 
 
@@ -226,7 +226,7 @@ def test_run_threads_stops_a_rank_spinning_in_python():
 
 
 def test_run_threads_warns_naming_a_rank_it_cannot_stop():
-    with pytest.warns(RuntimeWarning, match=r"rank\(s\) \[1\] still running 3s after the 0.5s"):
+    with pytest.warns(RuntimeWarning, match=r"rank\(s\) \[1\] still running 4s after the 0.5s"):
         with pytest.raises(WorkerError, match=r"rank 1 was still running"):
             run_threads(_never_returns, 2, "sleeps", timeout=0.5)
     # (the stop lands when the sleep returns, as in the spinning case above)

@@ -41,7 +41,7 @@ from minidp.comm.group import use_group
 from minidp.launch.checks import check_timeout, check_world_size
 from minidp.launch.errors import Failure, WorkerError
 
-ABORT_WAIT_S = 1.0  # after the deadline and the groups' abort: time to report and return
+ABORT_WAIT_S = 2.0  # after the deadline and the groups' abort: time to report and return
 STOP_WAIT_S = 2.0  # then, after the exception raised into a still-running rank
 
 _worlds = itertools.count()
