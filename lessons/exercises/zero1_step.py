@@ -7,8 +7,8 @@ largest first, to the rank with the fewest elements so far). Make every rank end
 parameters that torch's ``ZeroRedundancyOptimizer`` + ``DistributedDataParallel`` produce.
 
 Tools: ``from minidp.comm import all_reduce, broadcast`` — ``all_reduce(t, "sum", group)``
-sums ``t`` over the ranks in place; ``broadcast(t, src, group)`` copies rank ``src``'s ``t``
-to every rank, in place; ``group.size()`` is the number of ranks.
+sums ``t`` over the ranks in place; ``broadcast(t, group=group, group_src=r)`` copies group
+rank ``r``'s ``t`` to every rank, in place; ``group.size()`` is the number of ranks.
 
 Hints:
 * First every ``.grad`` must become the average over the ranks, as DDP does (divide by

@@ -15,4 +15,4 @@ def zero1_step(model: nn.Module, optimizer, owners: list[int], group) -> None:
             all_reduce(p.grad, "sum", group)
         optimizer.step()  # holds only the parameters this rank owns
         for p, owner in zip(params, owners):
-            broadcast(p, owner, group)
+            broadcast(p, group=group, group_src=owner)

@@ -73,7 +73,7 @@ class DistributedDataParallel(nn.Module):
         self.group = groups.resolve(group)
         self.world_size = self.group.size()
         for t in [*module.parameters(), *module.buffers()]:  # 1. same start everywhere
-            broadcast(t.data, 0, self.group)
+            broadcast(t.data, group=self.group, group_src=0)
         self.buckets = make_buckets(params, int(bucket_cap_mb * 2**20))  # 2. buckets
         self.bucket_of = {p: b for b, bucket in enumerate(self.buckets) for p in bucket}
         for p in params:  # 3. one hook per parameter, after its .grad is accumulated

@@ -107,7 +107,8 @@ ZERO1_STEP = Exercise(
         Mistake(
             "no broadcast from the owners",
             "each rank stepped only its own parameters and kept the others' old values: after "
-            "the step, broadcast(p, owners[i], group) every parameter from the rank that owns it.",
+            "the step, broadcast(p, group=group, group_src=owners[i]) every parameter from the "
+            "rank that owns it.",
             _no_broadcast,
         ),
         Mistake(

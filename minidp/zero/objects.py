@@ -21,9 +21,9 @@ def broadcast_object(obj, src: int, group) -> object:
     mine = group.rank() == src
     data = pickle.dumps(obj) if mine else b""
     size = torch.tensor([len(data)], dtype=torch.int64)
-    broadcast(size, src, group)
+    broadcast(size, group=group, group_src=src)  # src: a rank of the group
     buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if mine else None
     if buf is None:
         buf = torch.empty(int(size), dtype=torch.uint8)
-    broadcast(buf, src, group)
+    broadcast(buf, group=group, group_src=src)
     return obj if mine else pickle.loads(buf.numpy().tobytes())

@@ -127,7 +127,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             if not params:
                 continue
             flat = torch.cat([p.detach().reshape(-1) for p in params])  # (owned numel,)
-            broadcast(flat, owner, self.process_group)
+            broadcast(flat, group=self.process_group, group_src=owner)
             if owner != self.rank:
                 offset = 0
                 for p in params:

@@ -118,7 +118,7 @@ class Zero2Optimizer:
         checks.verify_same_parameters(WHO, g, [all_params])
         with torch.no_grad():
             for p in all_params:  # every replica starts from rank 0's weights, like DDP
-                broadcast(p.detach(), 0, g)
+                broadcast(p.detach(), group=g, group_src=0)
         self.params = [p for p in all_params if p.requires_grad]
         order = self.params[::-1]  # gradients arrive roughly last layer first
         assignment, _ = compute_bucket_assignment_by_size(order, [int(bucket_cap_mb * MB)])
