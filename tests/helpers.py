@@ -42,10 +42,12 @@ NO_GLOO_AVG = "Cannot use ReduceOp.AVG with Gloo"
 NO_GLOO_REDUCE_SCATTER = "does not support reduce_scatter"
 
 
-def _gloo_op(t: torch.Tensor, op: str) -> None:
+def gloo_native_all_reduce(t: torch.Tensor, op: str) -> torch.Tensor:
+    """gloo's own all_reduce, no stand-in: raises where the installed gloo lacks ``op``."""
     opts = dist.AllreduceOptions()
     opts.reduceOp = GLOO_OPS[op]
     groups.resolve().allreduce([t], opts).wait()
+    return t
 
 
 def gloo_avg_as_sum_then_divide(t: torch.Tensor) -> torch.Tensor:
@@ -54,14 +56,14 @@ def gloo_avg_as_sum_then_divide(t: torch.Tensor) -> torch.Tensor:
     One rounding for the sum (gloo's ring, bit for bit) and one for the division: identical
     bits to ``ReduceOp.AVG`` (checked by ``test_gloo_reference_fallbacks_are_exact``).
     """
-    _gloo_op(t, "sum")
+    gloo_native_all_reduce(t, "sum")
     return t.div_(groups.resolve().size())
 
 
 def gloo_all_reduce(t: torch.Tensor, op: str) -> torch.Tensor:
     """Reference: gloo's own all_reduce on this thread's/process's group."""
     try:
-        _gloo_op(t, op)
+        gloo_native_all_reduce(t, op)
     except RuntimeError as e:  # torch < 2.8: gloo has no AVG
         if op != "avg" or NO_GLOO_AVG not in str(e):
             raise
@@ -77,7 +79,7 @@ def gloo_reduce_scatter_by_all_reduce(output: torch.Tensor, inputs: list[torch.T
     reduce_scatter and its ring all-reduce add in different orders.
     """
     flat = torch.cat([t.reshape(-1) for t in inputs])  # (world * numel,) rank-local
-    _gloo_op(flat, "sum")
+    gloo_native_all_reduce(flat, "sum")
     n, rank = output.numel(), groups.resolve().rank()
     return output.copy_(flat[rank * n : (rank + 1) * n].view(output.shape))
 

@@ -20,6 +20,7 @@ from helpers import (
     direct_reduce,
     gloo_all_reduce,
     gloo_avg_as_sum_then_divide,
+    gloo_native_all_reduce,
     gloo_reduce_scatter,
     gloo_reduce_scatter_by_all_reduce,
     rank_input,
@@ -207,7 +208,8 @@ def _fallbacks_vs_gloo(rank, world, numel, dtype, seed):
     out = {}
     if dtype.is_floating_point:
         try:
-            out["avg"] = (gloo_avg_as_sum_then_divide(x.clone()), gloo_all_reduce(x.clone(), "avg"))
+            native = gloo_native_all_reduce(x.clone(), "avg")  # not gloo_all_reduce: no stand-in
+            out["avg"] = (gloo_avg_as_sum_then_divide(x.clone()), native)
         except RuntimeError as e:
             assert NO_GLOO_AVG in str(e)
     ins = [rank_input(rank * 31 + i, numel, dtype, seed) for i in range(world)]
