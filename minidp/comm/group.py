@@ -75,20 +75,16 @@ def skip_if_not_member(group, who: str) -> bool:
     return True
 
 
-def rank_and_size(group=None) -> tuple[int, int]:
-    """This rank's index in ``group`` and the group's size (-1, -1 outside the group)."""
-    g = resolve(group)
-    return (g.rank(), g.size()) if is_member(g) else (-1, -1)
-
-
 def get_rank(group=None) -> int:
     """This rank's index in ``group``; -1 if it is not a member (like torch)."""
-    return rank_and_size(group)[0]
+    g = resolve(group)
+    return g.rank() if is_member(g) else -1
 
 
 def get_world_size(group=None) -> int:
     """The number of ranks in ``group``; -1 if this rank is not a member (like torch)."""
-    return rank_and_size(group)[1]
+    g = resolve(group)
+    return g.size() if is_member(g) else -1
 
 
 def global_ranks(group) -> list[int] | None:

@@ -88,11 +88,6 @@ def as_devices(device_ids: Sequence[DeviceLike]) -> list[torch.device]:
     return devices
 
 
-def is_simulated(devices: Sequence[torch.device]) -> bool:
-    """True when the devices are CPU slots (threads sharing one memory), not real GPUs."""
-    return bool(devices) and devices[0].type == "cpu"
-
-
 def slot_label(devices: Sequence[torch.device], slot: int) -> str:
     """A readable name for replica ``slot``: ``cuda:1``, or ``cpu #1`` for simulated slots."""
     device = devices[slot]
