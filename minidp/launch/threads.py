@@ -75,11 +75,17 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
 
     def worker(rank: int) -> None:
         try:
+            run_rank(rank)
+        except RankStopped:  # stopped at the deadline (reported as stuck), maybe in clean-up
+            pass
+
+    def run_rank(rank: int) -> None:
+        try:
             groups[rank] = dist.ProcessGroupGloo(store, rank, world_size, td)
             with use_group(groups[rank]), checked(checked_mode):
                 results[rank] = fn(rank, world_size, *args)
-        except RankStopped:  # stopped by the launcher at the deadline: reported as stuck
-            pass
+        except RankStopped:  # the launcher's groups are aborted already: nothing to clean
+            raise
         except BaseException as exc:  # report everything, including KeyboardInterrupt
             failure = Failure(
                 rank=rank,
@@ -115,11 +121,13 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
         for g in groups:
             _abort(g)  # frees ranks blocked in a collective: they report their error
         _join(threads, stuck, ABORT_WAIT_S)
-        for r in stuck:
-            if threads[r].is_alive():
-                _raise_in(threads[r], RankStopped)  # stops ranks running Python code
-        _join(threads, stuck, STOP_WAIT_S)
+        give_up = time.monotonic() + STOP_WAIT_S
         alive = [r for r in stuck if threads[r].is_alive()]
+        while alive and time.monotonic() < give_up:
+            for r in alive:  # again each round: one landing in a finaliser is swallowed
+                _raise_in(threads[r], RankStopped)  # stops ranks running Python code
+            _join(threads, alive, min(0.25, max(give_up - time.monotonic(), 0.0)))
+            alive = [r for r in alive if threads[r].is_alive()]
         if alive:
             warnings.warn(
                 f"run_threads: rank(s) {alive} still running "
