@@ -242,6 +242,33 @@ def agree(
         _compare_fingerprints(table, kind, extra_name, rank, site)
 
 
+def agree_reduce(
+    group,
+    kind: str,
+    tensor: torch.Tensor,
+    op,
+    who: str,
+    extra: int = 0,
+    extra_name: str = "",
+) -> str:
+    """The preamble of every reducing collective; returns the op's name (see ``ops.OPS``).
+
+    Normalise ``op``, :func:`agree` across ranks, then check the dtype. A bad op is raised
+    only *after* the header exchange: a rank raising before it would leave the others
+    waiting for its header, so all ranks exchange first (the bad op travels as "no op" and
+    shows up as a mismatch) and then every rank raises together.
+    """
+    try:
+        name = ops.normalize_op(op, who)
+    except ValueError:
+        name = None
+    agree(group, kind, tensor, name, extra, extra_name)
+    if name is None:
+        ops.normalize_op(op, who)  # raises this rank's own, precise error
+    ops.check_dtype(tensor, name, who)
+    return name
+
+
 def _compare_fingerprints(table: torch.Tensor, kind: str, extra_name: str, rank: int, site: str):
     """Checked mode: full shapes, sequence numbers and call sites must agree too."""
     seq, where = _CHECKED + 1, _CHECKED + 2

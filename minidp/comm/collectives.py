@@ -21,7 +21,7 @@ import torch
 from minidp.comm import agree, ops, p2p
 from minidp.comm import group as groups
 from minidp.comm.naive import naive_all_reduce
-from minidp.comm.ring import _flat_inplace, ring_all_reduce, ring_pass, unexpanded
+from minidp.comm.ring import ring_all_reduce, ring_pass, unexpanded
 
 ALGORITHMS = ("ring", "naive", "textbook")
 _SEGMENT_BYTES = 1 << 20  # pipeline all-gather / reduce-scatter in 1 MiB messages, like gloo
@@ -100,7 +100,7 @@ def broadcast(
             else:
                 p2p.irecv(flat, root, g).wait()
 
-        return _flat_inplace(tensor, body)
+        return ops.flat_inplace(tensor, body)
 
 
 def _even_chunks(n: int, world: int, element_size: int) -> tuple[list[tuple[int, int]], int]:
@@ -149,16 +149,9 @@ def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op="sum
         return output
     rank, world = g.rank(), g.size()
     with p2p.operation("reduce_scatter"):
-        try:
-            name = ops.normalize_op(op, "reduce_scatter")
-        except ValueError:
-            name = None
-        agree.agree(
-            g, "reduce_scatter", output, name, extra=len(input_list), extra_name="len(input_list)"
+        name = agree.agree_reduce(
+            g, "reduce_scatter", output, op, "reduce_scatter", len(input_list), "len(input_list)"
         )
-        if name is None:
-            ops.normalize_op(op, "reduce_scatter")
-        ops.check_dtype(output, name, "reduce_scatter")
         if len(input_list) != world:
             raise ValueError(
                 f"reduce_scatter: input_list has {len(input_list)} tensors but the group has "

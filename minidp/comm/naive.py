@@ -16,7 +16,7 @@ import torch
 
 from minidp.comm import agree, ops, p2p
 from minidp.comm import group as groups
-from minidp.comm.ring import _flat_inplace, unexpanded
+from minidp.comm.ring import unexpanded
 
 
 @torch.no_grad()  # like c10d: a collective is not part of the autograd graph
@@ -30,14 +30,7 @@ def naive_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor
         naive_all_reduce(memory, op, group)
         return tensor
     with p2p.operation("naive_all_reduce"):
-        try:
-            name = ops.normalize_op(op, "naive_all_reduce")
-        except ValueError:
-            name = None
-        agree.agree(g, "naive_all_reduce", tensor, name)
-        if name is None:
-            ops.normalize_op(op, "naive_all_reduce")
-        ops.check_dtype(tensor, name, "naive_all_reduce")
+        name = agree.agree_reduce(g, "naive_all_reduce", tensor, op, "naive_all_reduce")
         rank, world = g.rank(), g.size()
         if tensor.numel() == 0 or world == 1:
             return tensor
@@ -55,4 +48,4 @@ def naive_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor
                 p2p.isend(flat, 0, g).wait()
                 p2p.irecv(flat, 0, g).wait()
 
-        return _flat_inplace(tensor, body)
+        return ops.flat_inplace(tensor, body)

@@ -1,4 +1,4 @@
-"""Reduce ops and the dtypes they accept, shared by every collective.
+"""Reduce ops, the dtypes they accept and the flat-view helper, shared by every collective.
 
 Ops may be given as strings ("sum", "avg", "max", "min", "product") or as
 ``torch.distributed.ReduceOp`` values, like ``torch.distributed.all_reduce``.
@@ -97,3 +97,14 @@ def finish(op: str, tensor: torch.Tensor, world_size: int) -> None:
     """Apply the last step of ``op`` after the reduction (avg: divide by the world size)."""
     if op == "avg":
         tensor.div_(world_size)
+
+
+def flat_inplace(tensor: torch.Tensor, body) -> torch.Tensor:
+    """Run ``body(flat)`` on a contiguous 1-D view (or copy) of ``tensor``; copy back."""
+    if tensor.is_contiguous():
+        body(tensor.view(-1))
+    else:  # non-contiguous: work on a copy, the caller's tensor still ends up with the result
+        flat = tensor.contiguous().view(-1)
+        body(flat)
+        tensor.copy_(flat.view(tensor.shape))
+    return tensor

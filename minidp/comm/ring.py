@@ -154,17 +154,6 @@ def ring_pass(
     p2p.wait_all(sends)
 
 
-def _flat_inplace(tensor: torch.Tensor, body) -> torch.Tensor:
-    """Run ``body(flat)`` on a contiguous 1-D view (or copy) of ``tensor``; copy back."""
-    if tensor.is_contiguous():
-        body(tensor.view(-1))
-    else:  # non-contiguous: work on a copy, the caller's tensor still ends up with the result
-        flat = tensor.contiguous().view(-1)
-        body(flat)
-        tensor.copy_(flat.view(tensor.shape))
-    return tensor
-
-
 def unexpanded(tensor):
     """``tensor`` with every expanded dim (stride 0, ``x.expand(...)``) narrowed to size 1:
     each memory location once. ``None`` if nothing is expanded (or not a tensor).
@@ -205,14 +194,7 @@ def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None, layout: str = "g
         return tensor
     kind = "all_reduce" if layout == "gloo" else "textbook_ring_all_reduce"
     with p2p.operation(f"ring_all_reduce({layout})"):
-        try:
-            name = ops.normalize_op(op, "ring_all_reduce")
-        except ValueError:
-            name = None  # agree first, so every rank raises together, then raise here
-        agree.agree(g, kind, tensor, name)
-        if name is None:
-            ops.normalize_op(op, "ring_all_reduce")
-        ops.check_dtype(tensor, name, "ring_all_reduce")
+        name = agree.agree_reduce(g, kind, tensor, op, "ring_all_reduce")
         world = g.size()
         if tensor.numel() == 0 or world == 1:
             return tensor
@@ -234,4 +216,4 @@ def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None, layout: str = "g
             ring_pass(flat, chunks, seg, g, name, world - 1, world - 1)
             ops.finish(name, flat, world)
 
-        return _flat_inplace(tensor, body)
+        return ops.flat_inplace(tensor, body)
