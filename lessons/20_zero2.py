@@ -136,3 +136,6 @@ if __name__ == "__main__":
             f"{res['sent'][-1]} vs {ring:.0f} + at most {headers}",
         )
     kit.done()
+    print(
+        "Exercise: write the reduce-scatter gradient hook yourself — python -m minidp exercise check reduce_scatter_grad"
+    )

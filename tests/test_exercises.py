@@ -39,6 +39,9 @@ WRONG = [
     ("average_metric", "local_only", "local mean only"),
     ("zero1_step", "no_broadcast", "no broadcast from the owners"),
     ("zero1_step", "no_divide", "forgot to divide by the world size"),
+    ("reduce_scatter_grad", "no_divide", "forgot to divide by the world size"),
+    ("reduce_scatter_grad", "wrong_piece", "kept another rank's piece"),
+    ("reduce_scatter_grad", "not_freed", "did not free the full gradient"),
 ]
 # (exercise, file, the line every rank is stuck at, rank 0's counters there): blocking
 # sends on every rank

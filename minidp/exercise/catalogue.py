@@ -15,6 +15,7 @@ from minidp.exercise import (
     ddp_loop,
     dp_split,
     fsdp_unit,
+    zero_hook,
     zero_step,
 )
 from minidp.exercise.spec import Exercise
@@ -37,6 +38,7 @@ EXERCISES: tuple[Exercise, ...] = (
     ddp_loop.CHECKPOINT,
     fsdp_unit.FSDP_UNIT,
     zero_step.ZERO1_STEP,
+    zero_hook.REDUCE_SCATTER_GRAD,
 )
 
 
