@@ -83,29 +83,31 @@ def current_channel() -> int:
     return getattr(_local, "channel", 0)
 
 
-class Message:
-    """One pending send or receive: the backend's work plus what we need to explain it."""
+class Work:
+    """One pending send or receive (torch's name for the handle ``isend``/``irecv`` return):
+    the backend's work plus what we need to explain it. ``kind`` is "send" or "recv", the
+    same word as ``trace.Message.kind``."""
 
-    __slots__ = ("work", "peer", "direction", "nbytes", "group")
+    __slots__ = ("backend", "peer", "kind", "nbytes", "group")
 
-    def __init__(self, work, peer: int, direction: str, nbytes: int, group) -> None:
-        self.work = work
+    def __init__(self, backend, peer: int, kind: str, nbytes: int, group) -> None:
+        self.backend = backend  # the ProcessGroup's own work object
         self.peer = peer
-        self.direction = direction
+        self.kind = kind
         self.nbytes = nbytes
         self.group = group
 
     def wait(self) -> None:
         """Block until the message is done; raise a minidp error if it cannot be."""
         try:
-            self.work.wait()
+            self.backend.wait()
         except RuntimeError as exc:
-            raise translate(exc, self.group, self.peer, self.direction) from exc
-        if self.direction == "recv" and trace.active:
+            raise translate(exc, self.group, self.peer, self.kind) from exc
+        if self.kind == "recv" and trace.active:
             trace.instant("recv", lane="comm", peer=self.peer, bytes=self.nbytes)
 
 
-def translate(exc: BaseException, group, peer: int, direction: str) -> CollectiveError:
+def translate(exc: BaseException, group, peer: int, kind: str) -> CollectiveError:
     """Turn a backend error into a :class:`CollectiveError` that names who and what."""
     text = str(exc)
     me = group.rank()
@@ -115,22 +117,22 @@ def translate(exc: BaseException, group, peer: int, direction: str) -> Collectiv
     if "Connection closed by peer" in text or "Connection reset" in text or "aborted" in text:
         return PeerError(
             f"{what}: rank {me} lost its connection to rank {peer} while waiting to "
-            f"{direction} — rank {peer} (or a rank it depends on) crashed, exited or raised. "
+            f"{kind} — rank {peer} (or a rank it depends on) crashed, exited or raised. "
             f"Hint: look at rank {peer}'s error above; this rank is only a bystander. "
             f"(backend said: {text.splitlines()[0][:200]})"
         )
     if "Timed out" in text or "timed out" in text or "Timeout" in text:
         return CollectiveTimeout(
-            f"{what}: rank {me} timed out waiting to {direction} "
-            f"{'from' if direction == 'recv' else 'to'} rank {peer} — that rank stalled, "
+            f"{what}: rank {me} timed out waiting to {kind} "
+            f"{'from' if kind == 'recv' else 'to'} rank {peer} — that rank stalled, "
             "hangs in other code, or called a different collective. Hint: check that every "
             "rank runs the same collectives in the same order; raise the timeout if a rank "
             f"is legitimately slow. (backend said: {text.splitlines()[0][:200]})"
         )
-    return CollectiveError(f"{what}: rank {me} failed to {direction} with rank {peer}: {text}")
+    return CollectiveError(f"{what}: rank {me} failed to {kind} with rank {peer}: {text}")
 
 
-def isend(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Message:
+def isend(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Work:
     """Start sending ``tensor`` (contiguous) to group rank ``peer``.
 
     ``peer`` counts within ``group``, as ``ProcessGroup.send`` does (the layer below
@@ -145,10 +147,10 @@ def isend(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Message:
         work = group.send([tensor], peer, tag + current_channel() * CHANNEL_SPAN)
     except RuntimeError as exc:
         raise translate(exc, group, peer, "send") from exc
-    return Message(work, peer, "send", nbytes, group)
+    return Work(work, peer, "send", nbytes, group)
 
 
-def irecv(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Message:
+def irecv(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Work:
     """Start receiving into ``tensor`` (contiguous) from group rank ``peer``."""
     nbytes = tensor.numel() * tensor.element_size()
     traffic.add("recv", nbytes)
@@ -156,7 +158,7 @@ def irecv(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Message:
         work = group.recv([tensor], peer, tag + current_channel() * CHANNEL_SPAN)
     except RuntimeError as exc:
         raise translate(exc, group, peer, "recv") from exc
-    return Message(work, peer, "recv", nbytes, group)
+    return Work(work, peer, "recv", nbytes, group)
 
 
 def send(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> None:
@@ -167,6 +169,6 @@ def recv(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> None:
     irecv(tensor, peer, group, tag).wait()
 
 
-def wait_all(messages: list[Message]) -> None:
-    for m in messages:
-        m.wait()
+def wait_all(works: list[Work]) -> None:
+    for w in works:
+        w.wait()

@@ -123,7 +123,7 @@ def ring_pass(
 
     n_reduce = sum(1 for slot in slots if slot[0] < reduce_steps)
 
-    def post(i: int) -> p2p.Message:
+    def post(i: int) -> p2p.Work:
         step, k, a, b = slots[i]
         target = scratch[i % window, : b - a] if step < reduce_steps else flat[a:b]
         return p2p.irecv(target, right, group, step * stride + k)

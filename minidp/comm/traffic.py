@@ -48,10 +48,10 @@ def count_traffic() -> Iterator[Traffic]:
         stack.remove(counter)
 
 
-def add(direction: str, nbytes: int) -> None:
-    """Record one message of ``nbytes`` (``direction`` is "send" or "recv") on open counters."""
+def add(kind: str, nbytes: int) -> None:
+    """Record one message of ``nbytes`` (``kind`` is "send" or "recv") on open counters."""
     for counter in getattr(_local, "stack", ()):
-        if direction == "send":
+        if kind == "send":
             counter.sent_bytes += nbytes
             counter.sent_msgs += 1
         else:
