@@ -229,6 +229,15 @@ def build_buckets(
     return buckets, locator
 
 
+def bucket_of_params(assignment: list[list[int]], n_params: int) -> list[int]:
+    """The inverse of ``assignment``: ``result[param_index]`` = the bucket holding it."""
+    bucket_of = [0] * n_params
+    for b, indices in enumerate(assignment):
+        for i in indices:
+            bucket_of[i] = b
+    return bucket_of
+
+
 def rank0_assignment(assignment: list[list[int]], n_params: int, group) -> list[list[int]]:
     """Every rank adopts rank 0's layout (gradient-ready order may differ between ranks).
 

@@ -31,7 +31,7 @@ from minidp import trace
 from minidp.comm import broadcast
 from minidp.comm import group as groups
 from minidp.ddp import checks
-from minidp.ddp.buckets import BucketCaps
+from minidp.ddp.buckets import BucketCaps, bucket_of_params
 from minidp.ddp.join import Join
 from minidp.ddp.reducer import Reducer
 
@@ -105,10 +105,7 @@ class DistributedDataParallel(torch.nn.Module):
             algorithm,
             overlap,
         )
-        bucket_of = [0] * len(params)
-        for b, indices in enumerate(self.reducer.assignment):
-            for i in indices:
-                bucket_of[i] = b
+        bucket_of = bucket_of_params(self.reducer.assignment, len(params))
         buffers = list(module.named_buffers()) if broadcast_buffers else None
         options = {
             "find_unused_parameters": find_unused_parameters,
