@@ -2,8 +2,9 @@
 
 minidp's collectives take ``group=None`` like ``torch.distributed``'s. ``None`` means:
 
-1. the group this *thread* was given with :func:`use_group` (thread worlds from
-   ``minidp.launch.run_threads`` give every rank-thread its own real gloo group), else
+1. the group this *thread* was given with :func:`use_group` (kept in ``minidp.identity``;
+   thread worlds from ``minidp.launch.run_threads`` give every rank-thread its own real
+   gloo group), else
 2. the default group made by ``torch.distributed.init_process_group`` (real processes,
    ``minidp.launch.spawn`` or ``torchrun``).
 
@@ -21,47 +22,28 @@ Test: ``pytest tests/test_launch.py``
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import warnings
-from collections.abc import Iterator
 
 import torch.distributed as dist
 
-_local = threading.local()  # per-thread: the group set by use_group (rank-local)
-
-
-@contextlib.contextmanager
-def use_group(group) -> Iterator[None]:
-    """Make ``group`` the current group of this thread while the block runs."""
-    previous = getattr(_local, "group", None)
-    _local.group = group
-    try:
-        yield
-    finally:
-        _local.group = previous
+# The thread's group lives in the bottom layer (trace reads it too); re-exported here.
+from minidp.identity import current_group, is_member
+from minidp.identity import use_group as use_group
 
 
 def resolve(group=None):
     """Return the group to use: the argument, the thread's group, or the default group."""
     if group is not None:
         return group
-    group = getattr(_local, "group", None)
+    group = current_group()
     if group is not None:
         return group
-    if dist.is_available() and dist.is_initialized():
-        return dist.group.WORLD
     raise RuntimeError(
         "minidp.comm: no process group — expected torch.distributed.init_process_group(...) "
         "to have run, a group passed as group=..., or a thread world from "
         "minidp.launch.run_threads; got none of these. Hint: start ranks with "
         "minidp.launch.spawn(fn, world_size) or run the script under torchrun."
     )
-
-
-def is_member(group) -> bool:
-    """False for the placeholder ``dist.new_group`` returns on ranks outside the group."""
-    return not (isinstance(group, int) and group == dist.GroupMember.NON_GROUP_MEMBER)
 
 
 def skip_if_not_member(group, who: str) -> bool:

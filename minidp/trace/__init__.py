@@ -35,7 +35,8 @@ a copy of the payload — an observer, the collective itself is unchanged::
 
 The package, one concept per file:
 
-* ``record.py`` — ``recording()``, ``span``, ``instant``, ``complete``, ``now_us``;
+* ``record.py`` — ``Recording``, ``span``, ``instant``, ``complete``, ``now_us``
+  (``recording()`` is here, beside the ``active`` flag it flips);
 * ``chrome.py`` — ``to_chrome``, ``save``, ``load``: the Chrome trace JSON format;
 * ``messages.py`` — ``tap``, ``MessageLog``, ``Message``: every send/recv of a group.
 
@@ -44,6 +45,10 @@ Test: ``pytest tests/test_trace.py``
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
+from minidp.trace import record
 from minidp.trace.chrome import LANE_ORDER, load, save, to_chrome
 from minidp.trace.messages import Message, MessageLog, TappedGroup, tap
 from minidp.trace.record import (
@@ -51,14 +56,29 @@ from minidp.trace.record import (
     complete,
     instant,
     now_us,
-    recording,
     span,
 )
 
 # The on/off switch lives here, on the package, because that is where the hot paths read
-# it (``if trace.active:`` in send/recv and the DDP hooks). ``recording()`` sets it here
-# too — a copy in a submodule would go stale for those readers.
+# it (``if trace.active:`` in send/recv and the DDP hooks), so ``recording()`` lives here
+# too, to flip it — a copy in a submodule would go stale for those readers.
 active = False  # True while at least one recording is open in this process
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Recording]:
+    """Record events from every thread of this process while the block runs."""
+    global active
+    rec = Recording()
+    with record.lock:  # the flag and the list of open recordings change together
+        record.start(rec)
+        active = True
+    try:
+        yield rec
+    finally:
+        with record.lock:
+            active = record.stop(rec)
+
 
 __all__ = [
     "LANE_ORDER",

@@ -1,7 +1,10 @@
-"""Recording events: ``recording()``, ``span``, ``instant``, ``complete``, ``now_us``.
+"""Recording events: ``Recording``, ``span``, ``instant``, ``complete``, ``now_us``.
 
 Every open ``recording()`` receives every event emitted by any thread of this process;
-when none is open, each call returns after one test of ``minidp.trace.active``.
+when none is open, each call returns after one test of the list of open recordings.
+``recording()`` itself is the package's (``minidp/trace/__init__.py``): it opens and
+closes recordings here with :func:`start`/:func:`stop` and flips ``trace.active``, the
+flag the hot paths read, so this module never imports its own package.
 
     from minidp import trace
     with trace.recording() as rec:
@@ -17,16 +20,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-# The package, not a copy of its flag: ``recording()`` flips ``trace.active`` there, where
-# the hot paths (send/recv, DDP hooks) read it, and the calls below read the same one.
-from minidp import trace as _package
+from minidp import identity
 from minidp.trace.chrome import save
 
-_recordings: list[Recording] = []
-_lock = threading.Lock()
+_recordings: list[Recording] = []  # open recordings; empty: every call returns at once
+lock = threading.Lock()  # guards _recordings, and trace.active while recording() flips it
 
 
 def now_us() -> float:
@@ -36,15 +36,6 @@ def now_us() -> float:
     so the tracks of several rank processes line up on one time axis.
     """
     return time.perf_counter_ns() / 1000.0
-
-
-def _rank() -> int:
-    from minidp.comm import group
-
-    try:
-        return group.get_rank()
-    except RuntimeError:
-        return 0
 
 
 class Recording:
@@ -73,30 +64,26 @@ class Recording:
         return sorted(out, key=lambda e: e["ts"])
 
 
-@contextlib.contextmanager
-def recording() -> Iterator[Recording]:
-    """Record events from every thread of this process while the block runs."""
-    rec = Recording()
-    with _lock:
-        _recordings.append(rec)
-        _package.active = True
-    try:
-        yield rec
-    finally:
-        with _lock:
-            _recordings.remove(rec)
-            _package.active = bool(_recordings)
+def start(rec: Recording) -> None:
+    """Open ``rec``: it receives every event from now on (caller holds :data:`lock`)."""
+    _recordings.append(rec)
+
+
+def stop(rec: Recording) -> bool:
+    """Close ``rec``; returns whether any recording is still open (caller holds :data:`lock`)."""
+    _recordings.remove(rec)
+    return bool(_recordings)
 
 
 def _emit(event: dict) -> None:
-    with _lock:
+    with lock:
         for rec in _recordings:
             rec.events.append(event)
 
 
 def instant(name: str, lane: str = "comm", rank: int | None = None, **args) -> None:
     """Record a point event on ``lane`` of this rank's track."""
-    if not _package.active:
+    if not _recordings:
         return
     _emit(
         {
@@ -104,7 +91,7 @@ def instant(name: str, lane: str = "comm", rank: int | None = None, **args) -> N
             "ph": "i",
             "s": "t",
             "ts": now_us(),
-            "pid": _rank() if rank is None else rank,
+            "pid": identity.rank() if rank is None else rank,
             "tid": lane,
             "args": args,
         }
@@ -124,7 +111,7 @@ def complete(
     For work that starts in one place and ends in another — a bucket all-reduce launched
     by a gradient hook and waited for at the end of backward.
     """
-    if not _package.active:
+    if not _recordings:
         return
     _emit(
         {
@@ -132,7 +119,7 @@ def complete(
             "ph": "X",
             "ts": start_us,
             "dur": max(end_us - start_us, 0.001),
-            "pid": _rank() if rank is None else rank,
+            "pid": identity.rank() if rank is None else rank,
             "tid": lane,
             "args": args,
         }
@@ -157,6 +144,6 @@ _NOTHING = contextlib.nullcontext()
 
 def span(name: str, lane: str = "compute", rank: int | None = None, **args):
     """Context manager: a duration event covering the block on ``lane`` of this rank's track."""
-    if not _package.active:
+    if not _recordings:
         return _NOTHING  # shared, allocation-free: the cost of tracing when it is off
     return _Span(name, lane, rank, args)
