@@ -161,7 +161,7 @@ def _debug_typo(value: str) -> None:
         timeout=120,
     )
     if out.returncode != 0:
-        raise ScriptFailed(f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1]}")
+        raise ScriptFailed(f"exit {out.returncode}", out.stderr.strip().splitlines()[-1])
 
 
 # ---- the rows -------------------------------------------------------------------------

@@ -120,7 +120,15 @@ def run_script(name: str, how: str, cwd: str) -> subprocess.CompletedProcess:
 
 
 class ScriptFailed(RuntimeError):
-    """A script exited with an error; the message is its last line of stderr."""
+    """A script exited with an error; the message ends with the exception line it printed.
+
+    ``raised``: that exception's class name, what the table shows as the root cause.
+    """
+
+    def __init__(self, message: str, exception_line: str) -> None:
+        super().__init__(f"{message}: {exception_line}")
+        name = exception_line.split(":", 1)[0].rsplit(".", 1)[-1]
+        self.raised = f"script: {name}" if EXCEPTION_LINE.match(exception_line) else "script"
 
 
 def _script(name: str, how: str) -> None:
@@ -130,7 +138,7 @@ def _script(name: str, how: str) -> None:
         lines = (out.stdout + out.stderr).splitlines()
         raised = [m.group(1) for m in map(EXCEPTION_LINE.match, lines) if m]
         last = (raised or lines or [""])[-1]  # the last exception (chained ones come last)
-        raise ScriptFailed(f"exit {out.returncode}, {len(out.stderr.splitlines())} lines: {last}")
+        raise ScriptFailed(f"exit {out.returncode}, {len(out.stderr.splitlines())} lines", last)
 
 
 # "pkg.SomeError: text", also as torchrun prefixes it ("[rank0]: ..."); not empty ones

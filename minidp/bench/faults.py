@@ -91,8 +91,9 @@ def _what(f: Failure) -> str:
 
 def _summarise(exc: BaseException) -> tuple[str, str, str]:
     """(what the root cause raised, the error's first line, what the others did)."""
-    if not isinstance(exc, WorkerError):
-        return type(exc).__name__, f"{type(exc).__name__}: {str(exc).splitlines()[0]}", ""
+    if not isinstance(exc, WorkerError):  # a script row names what the script raised
+        raised = getattr(exc, "raised", type(exc).__name__)
+        return raised, f"{type(exc).__name__}: {str(exc).splitlines()[0]}", ""
     first = str(exc).splitlines()[0]
     raised = exc.exc_type or first.split(" was killed by ")[-1].split(" (")[0]
     if exc.exitcode is not None and exc.exitcode >= 0:
