@@ -1,7 +1,7 @@
 """Benchmark: inject faults and bad inputs, time how long until a clear error, check leaks.
 
-Run: ``python -m minidp bench faults`` (about a minute; ``--only WORD`` runs the matching
-rows, ``--no-cost`` skips the checked-mode measurement, ``--help``).
+Run: ``python -m minidp bench faults`` (about 3 minutes on 2 cores; ``--only WORD`` runs
+the matching rows, ``--no-cost`` skips the checked-mode measurement, ``--help``).
 
 Every row starts a FRESH world (real processes, or a thread world of real gloo groups;
 "local" rows need none), injects one fault or one bad input, and records:
