@@ -14,6 +14,7 @@ Run: ``pytest tests/test_reliability_comm.py``
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -89,7 +90,10 @@ def _subgroup_cases(rank: int, world: int) -> dict:
     )
     if rank != 0:
         ref, ours = x.clone(), x.clone()
-        dist.broadcast(ref, group=sub, group_src=1)
+        if "group_src" in inspect.signature(dist.broadcast).parameters:
+            dist.broadcast(ref, group=sub, group_src=1)
+        else:  # older torch (2.4) has no group_src: the same root named by its global rank
+            dist.broadcast(ref, group=sub, src=dist.get_global_rank(sub, 1))
         minidp.comm.broadcast(ours, group=sub, group_src=1)
         out["group_src=1"] = (ref.tolist(), ours.tolist())
         errors = []
