@@ -98,8 +98,8 @@ def draw(out: Path, quick: bool = False) -> Path:
     ax.set_ylabel("median ms per training step")
     ax.set_title(
         f"Bucket size sweep: 2 rank processes, MLP of {SWEEP_MODEL[1]} layers x {SWEEP_MODEL[0]} "
-        "(1.6M parameters), gloo on loopback\nrounds take turns over the settings: median of "
-        "the rounds' medians, bars min-max; buckets written above each point",
+        "(1.6M parameters), gloo on loopback\nrounds take turns over the settings; median of "
+        "the rounds, bars min-max; bucket counts above",
         fontsize=10,
     )
     ax.grid(alpha=0.3)
