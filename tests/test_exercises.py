@@ -189,3 +189,18 @@ def test_gloo_aborting_the_check_is_explained(capfd):
     assert "case  4  world=3 shape=(2,)" in out  # the case it died in
     assert "ABORTED: gloo stopped the check process during the case above" in out
     assert "hint (message sizes differ)" in out
+
+
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        "gloo/transport: 24 vs 16. Received data size doesn't match expected size",  # >= 2.7
+        "Enforce fail at gloo/transport: op.preamble.length <= op.nbytes. 24 vs 16",  # 2.4
+    ],
+)
+def test_gloo_size_abort_is_explained_in_every_torchs_wording(stderr):
+    from minidp.exercise.isolate import explain
+
+    why = explain(-6, stderr)
+    assert "a message of 24 bytes into a receive buffer of 16 bytes" in why
+    assert "hint (message sizes differ)" in why

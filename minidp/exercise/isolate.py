@@ -17,7 +17,11 @@ import re
 import subprocess
 import sys
 
-SIZES = re.compile(r"(\d+) vs (\d+)\. Received data size")
+# (bytes received, bytes of room): gloo's wording in torch >= 2.7, then in older torch
+SIZES = (
+    re.compile(r"(\d+) vs (\d+)\. Received data size"),
+    re.compile(r"preamble\.length <= op\.nbytes\. (\d+) vs (\d+)"),
+)
 SIZE_HINT = (
     "hint (message sizes differ): the sender and the receiver of each message must agree "
     "on its size. With numel % world != 0 the chunks differ in length: at every step send "
@@ -29,7 +33,7 @@ def explain(returncode: int, stderr: str) -> str:
     """Why the child died, for the learner; "" if it exited normally."""
     if returncode >= 0 and returncode != 134:  # 134: abort() seen through a shell
         return ""
-    sizes = SIZES.search(stderr)
+    sizes = next((m for m in (pattern.search(stderr) for pattern in SIZES) if m), None)
     if sizes:
         got, room = sizes.groups()
         return (
