@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from minidp.exercise.learner import load
 from minidp.exercise.world import Run
 from minidp.launch import ProcessWorld, WorkerError
 
@@ -41,7 +42,6 @@ class _Todo:
 
 def _rank_job(rank: int, world_size: int, name: str, path: str, case: dict):
     from minidp.exercise.catalogue import find  # here: the catalogue imports this package
-    from minidp.exercise.runner import load
 
     if (name, path) not in _loaded:
         _loaded[name, path] = load(Path(path), name)

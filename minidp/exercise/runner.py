@@ -12,15 +12,13 @@ Test: ``pytest tests/test_exercises.py``
 
 from __future__ import annotations
 
-import importlib.util
-import re
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from minidp.exercise.learner import LoadError, learner_line, load
 from minidp.exercise.process_world import shared_ranks
 from minidp.exercise.spec import Case, Exercise, Mistake, Result, compare, simpler
 from minidp.exercise.world import ThreadWorld
@@ -73,38 +71,8 @@ class Report:
         return not self.load_error and self.failure is None and bool(self.outcomes)
 
 
-class LoadError(Exception):
-    pass
-
-
-def load(path: Path, name: str) -> Callable:
-    """Import the learner's file and return its function ``name``."""
-    if not path.is_file():
-        raise LoadError(f"no file {path}. Hint: copy the stub from lessons/exercises/{name}.py")
-    spec = importlib.util.spec_from_file_location(f"minidp_exercise_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        line = _learner_line(exc, str(path))
-        raise LoadError(f"could not import {path}: {type(exc).__name__}: {exc}{line}") from exc
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise LoadError(f"{path} defines no function {name}(...) — keep the stub's signature")
-    return fn
-
-
 def _type(exc: BaseException) -> str:
     return getattr(exc, "type_name", type(exc).__name__)  # a rank process's: its own type
-
-
-def _learner_line(exc: BaseException, path: str) -> str:
-    """`` (line N: code)``: the deepest line of the learner's file in the traceback."""
-    if hasattr(exc, "traceback_text"):  # from a rank process: only the text is left
-        hits = re.findall(rf'File "{re.escape(path)}", line (\d+).*\n\s*(.*)', exc.traceback_text)
-        return f" (line {hits[-1][0]}: {hits[-1][1].strip()})" if hits else ""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
-    return f" (line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
 
 
 def _job(run_rank, fn, case, rank, world_size, group) -> Result:
@@ -150,7 +118,7 @@ class Checker:
             what = _type(exc)
             if what == "NotImplementedError":
                 return Outcome(case, "todo", "not implemented yet")
-            where = _learner_line(exc, str(self.path))
+            where = learner_line(exc, str(self.path))
             return Outcome(case, "error", f"rank {rank} raised {what}: {exc}{where}", error=what)
         results: list[Result] = run.values
         tol = self.exercise.tolerance(case) if self.exercise.tolerance else None
