@@ -20,6 +20,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 import torch
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -87,6 +88,7 @@ def _two_nodes(out: Path, logs: Path) -> tuple[list[int], str]:
     return codes, text
 
 
+@pytest.mark.slow  # lesson 17 runs the same two torchrun nodes in the default suite
 def test_two_torchrun_nodes_equal_one_node_of_four(process_world, tmp_path):
     two_nodes = tmp_path / "two_nodes.pt"
     codes, logs = _two_nodes(two_nodes, tmp_path)
