@@ -1,14 +1,13 @@
 """Every lesson runs in fast mode and its own checks pass.
 
-Run: ``pytest tests/test_lessons.py`` (a few minutes on 2 cores; ``-m slow`` adds the rest).
+Run: ``pytest tests/test_lessons.py`` (about 5 minutes on 2 cores).
 
-The lessons are started all at once, two at a time (``MINIDP_LESSON_FAST=1``): each as a
+The lessons are started all at once, two at a time (``MINIDP_LESSON_FAST=1``), each twice:
+as a subprocess exactly as a learner runs it (``python lessons/NN_name.py``), and as a
 notebook (jupytext converts the ``# %%`` cells, nbclient executes them in a Jupyter kernel:
-``tests/scripts/run_notebook.py``), and four of them (``SCRIPT_BY_DEFAULT``; all of them
-with ``-m slow``) also as a subprocess exactly as a learner runs it (``python
-lessons/NN_name.py``); each test then waits for its own run. A lesson passes when it exits
-0 and prints "All N checks passed." — its checks assert, so a failing comparison with torch
-fails the lesson.
+``tests/scripts/run_notebook.py``); each test then waits for its own run. A lesson passes
+when it exits 0 and prints "All N checks passed." — its checks assert, so a failing
+comparison with torch fails the lesson.
 """
 
 from __future__ import annotations
@@ -87,24 +86,8 @@ def test_every_lesson_is_here():
         assert name in readme, f"{name} is missing from lessons/README.md"
 
 
-# Every lesson runs as a notebook by default (the same cells, in a kernel with no __file__).
-# As a script, by default, only the lessons whose script-specific behaviour matters — the
-# env:// launcher (05), spawn under the __main__ guard (10), torchrun (17, 28); the script
-# runs of the others repeat their notebook's work, and run with ``pytest -m slow``.
-SCRIPT_BY_DEFAULT = ("05_", "10_", "17_", "28_")
-RUNS = [
-    pytest.param(
-        name,
-        how,
-        marks=[] if how == "notebook" or name.startswith(SCRIPT_BY_DEFAULT) else [pytest.mark.slow],
-        id=f"{name}-{how}",
-    )
-    for name in LESSONS
-    for how in ("script", "notebook")
-]
-
-
-@pytest.mark.parametrize("name, how", RUNS)
+@pytest.mark.parametrize("how", ["script", "notebook"])
+@pytest.mark.parametrize("name", LESSONS)
 def test_lesson_runs_and_checks_pass(lesson_runs, name, how):
     rc, out, seconds = lesson_runs[how, name].result()
     assert rc == 0, f"{name} ({how}) exited {rc} after {seconds:.1f}s:\n{out[-4000:]}"
