@@ -21,6 +21,9 @@ differently, so the check there is ``assert_close`` and the max difference is pr
 
 Colour: on when stdout is a terminal and NO_COLOR is unset (``--color always|never``).
 
+This file runs the step and records it (``dp_run.py`` holds the records, ``dp_view.py`` draws
+them).
+
 Test: ``pytest tests/test_dp_demo_bench.py``
 """
 
@@ -28,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import operator
 import os
 import sys
@@ -37,32 +39,11 @@ import threading
 import torch
 from torch import nn
 
+from minidp.demo.dp_run import StepRecord, UpdateRecord
+from minidp.demo.dp_view import Paint, render_step, render_update, shape
 from minidp.dp import gather, memory_report, parallel_apply, replicate, scatter_kwargs
 from minidp.dp.data_parallel import DataParallel
 from minidp.dp.devices import slot_label
-
-
-class Paint:
-    """Bold / dim / green / red via ANSI codes, or plain text when colour is off."""
-
-    def __init__(self, on: bool) -> None:
-        self.on = on
-
-    def __call__(self, code: str, text: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.on else text
-
-    def head(self, text: str) -> str:
-        return self("1;36", text)
-
-    def dim(self, text: str) -> str:
-        return self("2", text)
-
-    def verdict(self, ok: bool, text: str) -> str:
-        return self("1;32" if ok else "1;31", text)
-
-
-def shape(t: torch.Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
 
 def make_model_and_data(batch: int, seed: int = 0):
@@ -71,23 +52,6 @@ def make_model_and_data(batch: int, seed: int = 0):
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
     g = torch.Generator().manual_seed(seed + 1)
     return model, torch.randn(batch, 6, generator=g), torch.randn(batch, 3, generator=g)
-
-
-@dataclasses.dataclass
-class StepRecord:
-    """What one DP step produced, stage by stage (recorded first, printed afterwards)."""
-
-    labels: list[str]  # one per device, "(main)" on device 0
-    rows: list[tuple[int, int, str]]  # per used device: first row, last row, chunk shape
-    replicas: list[tuple[str, bool, str]]  # per replica: 0.weight shape, shares storage?, grad_fn
-    elements: int  # parameter elements copied per other device
-    tensors: int  # parameter tensors per replica
-    threads: list[str]  # the thread that ran each replica
-    outputs: list[torch.Tensor]  # per replica
-    out: torch.Tensor  # gathered on the main device
-    loss: float
-    replica_grads: list[torch.Tensor]  # d loss / d replica[i][0].weight
-    grads: list[torch.Tensor]  # the model's .grad after backward
 
 
 def record_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, devices: list) -> StepRecord:
@@ -137,53 +101,6 @@ def record_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, devices: lis
     )
 
 
-def render_step(rec: StepRecord, x: torch.Tensor, p: Paint) -> list[str]:
-    """The recorded step as lines, stage by stage."""
-    n, used = len(rec.labels), len(rec.rows)
-    width = max(len(label) for label in rec.labels)
-    lab = [f"{label:<{width}}" for label in rec.labels]
-    lines = [p.head(f"1. scatter: x {shape(x)} -> x.chunk({n}, dim=0), one chunk per device")]
-    lines += [f"   {lab[i]}  x[rows {a}..{b}]  {s}" for i, (a, b, s) in enumerate(rec.rows)]
-    if used < n:
-        lines.append(p.dim(f"   chunk rounds up: only {used} of {n} devices get rows"))
-    lines += ["", p.head(f"2. replicate: the model -> {used} replicas (a new set every step)")]
-    for i, (s, shares, kind) in enumerate(rec.replicas):
-        how = "shares the model's storage" if shares else "a copy"
-        lines.append(f"   {lab[i]}  0.weight {s}: {how}, grad_fn={kind}")
-    lines.append(
-        p.dim(
-            f"   {rec.elements} parameter elements ({rec.tensors} tensors) copied to "
-            f"{used - 1} other device(s); buffers detached"
-        )
-    )
-    lines += ["", p.head("3. parallel_apply: one thread per replica, replica i on chunk i")]
-    for i, o in enumerate(rec.outputs):
-        lines.append(f"   {lab[i]}  {rec.threads[i]:<12} out {shape(o)}  out[0] = {_row(o)}")
-    lines += ["", p.head("4. gather: outputs -> torch.cat(dim=0) on the main device")]
-    lines.append(f"   out {shape(rec.out)}  = the model's output for the whole batch")
-    lines += ["", p.head("5. backward: loss = mse(out, y); loss.backward()")]
-    lines.append(f"   loss = {rec.loss:.6f}; gather's backward cuts d loss/d out back into chunks")
-    for i, g in enumerate(rec.replica_grads):
-        lines.append(f"   {lab[i]}  d loss/d 0.weight {shape(g)}  sum={_num(g)}")
-    terms = " + ".join(f"g{i}" for i in range(used))
-    lines.append(f"   Broadcast backward on the main device: {terms} (in device order)")
-    lines.append(
-        f"   -> model[0].weight.grad sum={_num(rec.grads[0])}  (the one real model gets it)"
-    )
-    return lines
-
-
-@dataclasses.dataclass
-class UpdateRecord:
-    """The optimizer step on the main device, and the next step's fresh replicas."""
-
-    lr: float
-    before: float  # model[0].weight[0, 0] before the step
-    after: float  # ... after it
-    replicas_after: list[float]  # replica i's 0.weight[0, 0] at the next step's replicate
-    fresh: bool  # every new replica holds the updated weights (torch.equal)
-
-
 def record_update(model: nn.Module, devices: list, used: int, lr: float = 0.1) -> UpdateRecord:
     """SGD on the one real model, then replicate again as the next step would."""
     before = model[0].weight[0, 0].item()
@@ -204,35 +121,10 @@ def record_update(model: nn.Module, devices: list, used: int, lr: float = 0.1) -
     )
 
 
-def render_update(rec: UpdateRecord, labels: list[str], p: Paint) -> list[str]:
-    width = max(len(label) for label in labels)
-    lines = [p.head(f"6. optimizer step: SGD(lr={rec.lr}) on the main device's model only")]
-    lines.append(
-        f"   model[0].weight[0, 0]: {rec.before:+.6f} -> {rec.after:+.6f}  (w -= lr * grad; "
-        "the replicas are gone, nothing else to update)"
-    )
-    lines += ["", p.head("7. next step: replicate again, from the updated model")]
-    for i, v in enumerate(rec.replicas_after):
-        lines.append(f"   {labels[i]:<{width}}  0.weight[0, 0] = {v:+.6f}")
-    lines.append(
-        f"   every replica holds the updated weights: {p.verdict(rec.fresh, str(rec.fresh))}"
-        " — DP pays this copy every step; DDP's ranks keep their own replica and step it"
-    )
-    return lines
-
-
 def _describe(m: nn.Module) -> str:
     if isinstance(m, nn.Linear):
         return f"Linear({m.in_features}->{m.out_features})"
     return type(m).__name__
-
-
-def _row(t: torch.Tensor) -> str:
-    return "[" + ", ".join(f"{v:+.3f}" for v in t[0].tolist()) + "]"
-
-
-def _num(t: torch.Tensor) -> str:
-    return f"{t.sum().item():+.6f}"
 
 
 def parity(model0: nn.Module, x, y, n: int, out, grads, p: Paint) -> bool:
