@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import json
 import pathlib
+import subprocess
 import xml.etree.ElementTree as ET
 
 import nox
@@ -73,6 +74,7 @@ def _make_tests_session(version: str):
         row = {
             "version": installed,
             "date": datetime.date.today().isoformat(),
+            "commit": _commit(),
             "args": " ".join(session.posargs),
         }
         row.update(_counts(junit) if junit.exists() else {"crashed": True})
@@ -89,6 +91,17 @@ for _version in TORCH_VERSIONS:
     _make_tests_session(_version)
 
 
+def _commit() -> str:
+    """The tested commit, short, with "+changes" when the working tree differs from it."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+
+    return (git("rev-parse", "--short", "HEAD") or "?") + (
+        "+changes" if git("status", "--porcelain", "--untracked-files=no") else ""
+    )
+
+
 def _row(row: dict) -> str:
     if row.get("crashed"):
         result = "FAIL: pytest died before the end (no report; run it to see where)"
@@ -96,17 +109,17 @@ def _row(row: dict) -> str:
         result = "pass" if row["failed"] == 0 else "FAIL"
         result += f": {row['passed']} passed, {row['failed']} failed, {row['skipped']} skipped"
     scope = f" (`{row['args']}`)" if row["args"] else ""
-    return f"| {row['version']} | {result}{scope} | {row['date']} |"
+    return f"| {row['version']} | {result}{scope} | {row['date']} | {row.get('commit', '?')} |"
 
 
 @nox.session(python=False)
 def summary(session: nox.Session) -> None:
     """Print the README table from the last run of each version."""
-    print("| torch | result (`python -m pytest`) | date |")
-    print("| --- | --- | --- |")
+    print("| torch | result (`python -m pytest`) | date | commit |")
+    print("| --- | --- | --- | --- |")
     for version in TORCH_VERSIONS:
         path = RESULTS / f"torch-{version}.json"
         if path.exists():
             print(_row(json.loads(path.read_text())))
         else:
-            print(f"| {version} | not run: `nox -s tests-{_short(version)}` | |")
+            print(f"| {version} | not run: `nox -s tests-{_short(version)}` | | |")
