@@ -256,7 +256,7 @@ def test_root_cause_is_the_first_of_two_own_exceptions():
 
 def test_launch_under_torchrun_uses_its_timeout(tmp_path):
     """With torch's default (30 min) rank 0 would wait for rank 1 and both would succeed;
-    with launch(timeout=1) rank 0 gives up and names the stalled rank."""
+    with launch(timeout=3) rank 0 gives up and names the stalled rank."""
     out = run_script("torchrun_stall", "torchrun", str(tmp_path))
     text = out.stdout + out.stderr
     assert out.returncode != 0, text

@@ -57,12 +57,12 @@ import minidp
 
 def main(rank, world_size):
     if rank == 1:
-        time.sleep(6)  # past launch()'s 1 s timeout, then it joins in
+        time.sleep(10)  # past launch()'s 3 s timeout, then it joins in
     minidp.comm.all_reduce(torch.ones(4))
     return rank
 
 if __name__ == "__main__":
-    minidp.launch.launch(main, 2, timeout=1)
+    minidp.launch.launch(main, 2, timeout=3)  # 3 s: joining the group under load fits
 """,
     "orphans": """\
 import json, os, subprocess, sys, time
@@ -327,7 +327,7 @@ LAUNCH_FAULTS = [
           _thread_world_spins, (), r"rank 1 was still running at the 2s deadline", stall=True),
     Fault("fault", "launch: two ranks raise, 0.3 s apart", "threads", 2, _raise_in_turn, (),
           r"rank 1 raised ValueError: rank 1 fails first"),
-    Fault("fault", "launch: rank stalls under torchrun, launch(timeout=1)", "local", 0,
+    Fault("fault", "launch: rank stalls under torchrun, launch(timeout=3)", "local", 0,
           _script, ("torchrun_stall", "torchrun"),
           r"minidp.comm.errors.CollectiveTimeout: .*rank 0 timed out waiting to recv from rank 1",
           stall=True),

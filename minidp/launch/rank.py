@@ -105,8 +105,15 @@ def destroy_group() -> None:
     the cyclic garbage collector frees. Left to interpreter shutdown, they would drop the
     last reference to the gloo group in the middle of finalization, which can abort the
     process ("terminate called without an active exception") after a successful run.
+
+    The short sleep first: gloo's worker thread releases each finished collective's tensors
+    a moment after ``wait()`` returns, and needs the GIL for that when Python has already
+    dropped them. torch 2.4's group destructor holds the GIL while it waits for that
+    thread, so destroying at that moment deadlocks (seen with ``torchrun``); sleeping
+    releases the GIL and lets the worker finish first.
     """
     gc.collect()
     if dist.is_initialized():
+        time.sleep(0.05)
         dist.destroy_process_group()
     gc.collect()
