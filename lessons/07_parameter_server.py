@@ -43,7 +43,8 @@ def server_all_reduce(rank: int, world: int) -> dict:
     with minidp.comm.count_traffic() as t:
         minidp.comm.naive_all_reduce(x)
     # Before any collective, minidp checks that every rank called the same one (a small
-    # header through rank 0). barrier() is that check alone: measure it to subtract it.
+    # header from every rank to every other). barrier() is that check alone: measure it to
+    # subtract it.
     with minidp.comm.count_traffic() as check:
         minidp.comm.barrier()
     ref = rank_input(rank)
@@ -74,8 +75,8 @@ if __name__ == "__main__":
             f"{d1['sent']:>12,} {d1['recv']:>12,}"
         )
     print(
-        f"header check (barrier alone): rank 0 sent {results[max(WORLDS)][0]['header']} bytes, "
-        f"others {results[max(WORLDS)][1]['header']} — negligible next to S"
+        f"header check (barrier alone) at n = {max(WORLDS)}: each rank sent "
+        f"{results[max(WORLDS)][0]['header']} bytes — negligible next to S"
     )
     print("rank 0's link carries (n-1)x what any other rank's does: the bottleneck grows with n")
 

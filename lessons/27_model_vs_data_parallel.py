@@ -80,7 +80,8 @@ def data_parallel(rank: int, model: nn.Module, x: torch.Tensor, y: torch.Tensor)
     with minidp.comm.count_traffic() as traffic:
         minidp.comm.all_reduce(flat)
     # Before a collective minidp checks that every rank called the same one (a small
-    # header through rank 0); barrier() is that check alone: measure it to subtract it.
+    # header from every rank to every other); barrier() is that check alone: measure it
+    # to subtract it.
     with minidp.comm.count_traffic() as check:
         minidp.comm.barrier()
     flat /= WORLD

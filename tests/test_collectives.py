@@ -88,6 +88,51 @@ def test_ring_all_reduce_matches_gloo_bit_for_bit(wn, dtype, op, seed):
         assert torch.equal(ours, out[0][1]), "ranks disagree"
 
 
+def _direct_vs_reference(rank, world, numel, dtype, op, seed):
+    x = rank_input(rank, numel, dtype, seed)
+    ours = minidp.comm.all_reduce(x.clone(), op, algorithm="direct")
+    gloo = gloo_all_reduce(x.clone(), op) if dtype in GLOO_DTYPES else None
+    return ours, gloo
+
+
+@FAST
+@ALL_REDUCE_CASES
+def test_direct_all_reduce_matches_gloo_bit_for_bit(wn, dtype, op, seed):
+    """The one-exchange path reduces every chunk locally in the ring's association: the
+    same bits as gloo at every size, world and op (it is only *used* for small tensors)."""
+    world, numel = wn
+    if op == "avg" and not dtype.is_floating_point:
+        return
+    if op == "product" and numel > 3000:
+        numel = 3000
+    out = run_threads(_direct_vs_reference, world, min(numel, 262_147), dtype, op, seed)
+    for rank, (ours, gloo) in enumerate(out):
+        if gloo is not None:
+            assert torch.equal(ours, gloo), f"rank {rank} differs from gloo ({world=}, {numel=})"
+        assert torch.equal(ours, out[0][0]), "ranks disagree"
+
+
+def _auto_traffic(rank, world, numel):
+    x = torch.ones(numel)
+    with minidp.comm.count_traffic() as auto:
+        minidp.comm.all_reduce(x)
+    with minidp.comm.count_traffic() as check:
+        minidp.comm.barrier()  # the header exchange alone
+    return auto.sent_bytes - check.sent_bytes
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_auto_picks_direct_up_to_small_bytes_then_the_ring(world):
+    """ "auto" sends the whole tensor to every peer up to SMALL_BYTES ((n-1)·S), the ring's
+    2(n-1)/n·S above it."""
+    from minidp.comm.direct import SMALL_BYTES
+
+    small, big = SMALL_BYTES // 4, SMALL_BYTES // 4 + 1  # float32 elements
+    assert run_threads(_auto_traffic, world, small) == [(world - 1) * 4 * small] * world
+    # the ring's chunks may differ by a segment: each chunk travels 2(n-1) hops in all
+    assert sum(run_threads(_auto_traffic, world, big)) == 2 * (world - 1) * 4 * big
+
+
 def _shapes(rank, world):
     results = {}
     for shape in [(), (0,), (3, 0), (2, 3, 5), (7, 1)]:
@@ -255,18 +300,16 @@ def test_traffic_parameter_server_vs_ring():
         return ring, naive
 
     size = numel * 4
-    header = agree._HEADER * 8  # the cross-rank check: one int64 header to rank 0 ...
-    table = world * header  # ... and the table of all headers back
+    # the cross-rank check: every rank sends its int64 header to every other rank
+    headers = (world - 1) * agree._HEADER * 8
     for rank, (ring, naive) in enumerate(run_threads(measure, world)):
-        assert (
-            ring.sent_bytes - (header if rank else table * (world - 1))
-            == 2 * (world - 1) * size // world
-        )
+        assert ring.sent_bytes - headers == 2 * (world - 1) * size // world
+        assert ring.recv_bytes - headers == 2 * (world - 1) * size // world
         if rank == 0:
-            assert naive.recv_bytes - header * (world - 1) == (world - 1) * size
-            assert naive.sent_bytes - table * (world - 1) == (world - 1) * size
+            assert naive.recv_bytes - headers == (world - 1) * size
+            assert naive.sent_bytes - headers == (world - 1) * size
         else:
-            assert naive.sent_bytes - header == size and naive.recv_bytes - table == size
+            assert naive.sent_bytes - headers == size and naive.recv_bytes - headers == size
 
 
 # ---- bad input: every rank raises the same clear error, nobody hangs ----------------------
@@ -288,6 +331,11 @@ def _mismatched_kind(rank, world):
         minidp.comm.ring_all_reduce(t)
 
 
+def _mismatched_algorithm(rank, world):
+    # the same tensor, but one rank forces the ring where "auto" picks the one exchange
+    minidp.comm.all_reduce(torch.ones(4), algorithm="ring" if rank == 2 else "auto")
+
+
 def _mismatched_op(rank, world):
     minidp.comm.ring_all_reduce(torch.ones(4), op="max" if rank == 1 else "sum")
 
@@ -303,6 +351,11 @@ def _mismatched_op(rank, world):
         (_mismatched_dtype, r"rank 2 passed .*float64.* but rank 0 passed .*float32"),
         (_mismatched_kind, r"rank 1 passed \[broadcast.* but rank 0 passed \[all_reduce"),
         (_mismatched_op, r"rank 1 passed .*op max.* but rank 0 passed .*op sum"),
+        (
+            _mismatched_algorithm,
+            r"rank 2 passed \[all_reduce, .*algorithm ring\] but rank 0 passed "
+            r"\[all_reduce, .*algorithm direct\]",
+        ),
     ],
 )
 def test_mismatch_raises_on_every_rank(fn, pattern):
@@ -340,7 +393,10 @@ def _bad(rank, world, case):
             "bool",
             r"TypeError: ring_all_reduce: dtype torch.bool is not supported — expected one of",
         ),
-        ("op", r"ValueError: all_reduce|ValueError: ring_all_reduce: unsupported op 'median'"),
+        (
+            "op",
+            r"ValueError: all_reduce|ValueError: (ring|direct)_all_reduce: unsupported op 'median'",
+        ),
         ("src", r"ValueError: broadcast: src must be a rank in \[0, 1\] .* got 2"),
         ("algorithm", r"ValueError: all_reduce: algorithm must be one of .* got 'tree'"),
         ("gather_list", r"ValueError: all_gather: tensor_list has 1 tensors but the group has 2"),

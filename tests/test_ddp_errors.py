@@ -58,7 +58,9 @@ def test_sparse_gradients_are_refused():
 def test_bad_bucket_cap_and_algorithm():
     with pytest.raises(ValueError, match=r"bucket_cap_mb must be a positive number.*got -1"):
         DDP(nn.Linear(2, 2), bucket_cap_mb=-1)
-    with pytest.raises(ValueError, match=r"algorithm must be one of \('ring', 'naive'\).*'tree'"):
+    with pytest.raises(
+        ValueError, match=r"algorithm must be one of \('auto', 'ring', 'naive'\).*'tree'"
+    ):
         DDP(nn.Linear(2, 2), algorithm="tree")
 
 

@@ -76,8 +76,8 @@ def _stops(rank, world, how):
 @pytest.mark.parametrize(
     "how, pattern",
     [
-        ("sleeps", r"ring_all_reduce\(gloo\): rank 0 timed out waiting to recv from rank 1"),
-        ("returns_early", r"ring_all_reduce\(gloo\): rank 1 timed out waiting to send to rank 0"),
+        ("sleeps", r"direct_all_reduce: rank 0 timed out waiting to recv from rank 1"),
+        ("returns_early", r"direct_all_reduce: rank 1 timed out waiting to recv from rank 0"),
     ],
     ids=["sleeps", "returns_early"],
 )
@@ -400,7 +400,7 @@ def _bad_on_one(rank, world, case):
     "case, pattern",
     [
         ("src", r"ValueError: broadcast: src must be a rank in \[0, 0\] for this group of 1"),
-        ("int_avg", r"TypeError: ring_all_reduce: op 'avg' needs a floating-point tensor"),
+        ("int_avg", r"TypeError: (ring|direct)_all_reduce: op 'avg' needs a floating-point"),
         ("gather_list", r"ValueError: all_gather: tensor_list has 2 tensors but the group has 1"),
         ("scatter_list", r"ValueError: reduce_scatter: input_list has 2 tensors but the group"),
         ("gather_dtype", r"ValueError: all_gather: tensor_list\[0\] is \(3,\) torch.float64 but"),

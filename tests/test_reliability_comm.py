@@ -210,9 +210,10 @@ def _nan_cases(rank: int, world: int) -> list[str]:
             x[torch.rand(37, generator=g) < 0.4] = float("nan")
             for op in ("max", "min"):
                 ref = gloo_all_reduce(x.clone(), op)
-                ours = minidp.comm.all_reduce(x.clone(), op)
-                if not torch.equal(ref.view(bits), ours.view(bits)):
-                    bad.append(f"{dtype} seed {seed} {op}: gloo {ref} minidp {ours}")
+                for algorithm in ("ring", "direct"):  # auto picks direct at this size
+                    ours = minidp.comm.all_reduce(x.clone(), op, algorithm=algorithm)
+                    if not torch.equal(ref.view(bits), ours.view(bits)):
+                        bad.append(f"{dtype} seed {seed} {op} {algorithm}: gloo {ref} ours {ours}")
     return bad
 
 
@@ -234,7 +235,7 @@ def _expanded_cases(rank: int, world: int) -> list[bool]:
             [rank_input(r, 2, torch.float32, seed, shape=(2, 1)) * 1000 for r in range(world)],
             "sum",
         )
-        for algorithm, expected in (("ring", ref), ("naive", ref_naive)):
+        for algorithm, expected in (("ring", ref), ("direct", ref), ("naive", ref_naive)):
             ours = base.clone().expand(2, 3)
             minidp.comm.all_reduce(ours, algorithm=algorithm)
             same.append(torch.equal(ours, expected.expand(2, 3)))

@@ -269,7 +269,7 @@ FAULTS = [
           ("find_unused",), r"RuntimeError: .*rank 1 has find_unused_parameters=True while"),
     # -- bad input
     Fault("bad input", "all_reduce avg of int64", "threads", 2, _bad_input, ("int_avg",),
-          r"TypeError: ring_all_reduce: op 'avg' needs a floating-point tensor"),
+          r"TypeError: (ring|direct)_all_reduce: op 'avg' needs a floating-point tensor"),
     Fault("bad input", "all_reduce of bool", "threads", 2, _bad_input, ("bool",),
           r"TypeError: ring_all_reduce: dtype torch.bool is not supported"),
     Fault("bad input", "op='median'", "threads", 2, _bad_input, ("op",),

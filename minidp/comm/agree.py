@@ -18,9 +18,14 @@ rank that skipped a collective, or two same-shaped all-reduces called in a diffe
 — which would otherwise pair up silently and return wrong sums. It costs a stack walk per
 call; ``python -m minidp bench allreduce`` measures it.
 
-The exchange is the parameter-server pattern on a few bytes: ranks send their header to
-rank 0, rank 0 sends the table of all headers back — two message latencies whatever the
-world size, and negligible next to the data for anything but tiny tensors.
+The exchange is all-to-all on a few bytes: every rank sends its header to every other rank
+and receives theirs, all receives posted first — *one* message latency, so every rank holds
+the same table and reaches the same verdict. (It used to go through rank 0 and back: two
+latencies, which for small tensors cost as much as the data itself; ``python -m minidp
+bench allreduce`` measured the difference. At w ranks each rank sends w-1 headers of
+136 bytes: for the world sizes minidp runs, latency, not bytes, is what counts.) The
+header is built and read as a Python list: one tensor made, one ``tolist()``, instead of
+a tensor operation per field.
 
 Test: ``pytest tests/test_collectives.py -k mismatch``
 """
@@ -49,6 +54,10 @@ KINDS = (
     "barrier",
     "textbook_ring_all_reduce",
 )
+# all_reduce's algorithms, named in the header's extra field: "auto" picks one per size, so
+# ranks calling with different sizes or algorithms must fail the check, not exchange
+# messages of different sizes (gloo aborts the process on those)
+ALL_REDUCE_ALGORITHMS = ("ring", "direct")
 _OPS = ("sum", "avg", "max", "min", "product")
 # every dtype a header can name: the supported ones, plus a few common unsupported ones so a
 # rank passing one is reported by name before its local dtype check fails
@@ -154,8 +163,8 @@ def _input_ok(tensor) -> bool:
     return True
 
 
-def _encode(kind: str, tensor: torch.Tensor | None, op: str | None, extra: int) -> torch.Tensor:
-    h = torch.full((_HEADER,), -1, dtype=torch.int64)
+def _encode(kind: str, tensor: torch.Tensor | None, op: str | None, extra: int) -> list[int]:
+    h = [-1] * _HEADER
     h[0] = KINDS.index(kind)
     if tensor is not None and not _input_ok(tensor):
         h[2] = _BAD_INPUT  # shape unknown or meaningless: the verdict names the rank
@@ -163,30 +172,45 @@ def _encode(kind: str, tensor: torch.Tensor | None, op: str | None, extra: int) 
         h[1] = tensor.numel()
         h[2] = _DTYPES.index(tensor.dtype)
         h[5] = tensor.dim()
-        for i, d in enumerate(tensor.shape[:_MAX_DIMS]):
-            h[6 + i] = d
+        dims = tensor.shape[:_MAX_DIMS]
+        h[6 : 6 + len(dims)] = dims
     h[3] = _OPS.index(op) if op in _OPS else -1
     h[4] = extra
     h[_CHECKED] = 0
     return h
 
 
-def _describe(h: torch.Tensor, extra_name: str) -> str:
-    kind = KINDS[int(h[0])]
+def _describe(h: list[int], extra_name: str) -> str:
+    kind = KINDS[h[0]]
     parts = [kind]
-    if int(h[2]) == _BAD_INPUT:
+    if h[2] == _BAD_INPUT:
         parts.append("an input no collective can send (see that rank's error)")
-    elif int(h[1]) >= 0:
-        dims = [int(d) for d in h[6 : 6 + min(int(h[5]), _MAX_DIMS)]]
-        dtype = _DTYPES[int(h[2])]
-        parts.append(
-            f"shape {tuple(dims)} ({int(h[1])} elements) {str(dtype).replace('torch.', '')}"
-        )
-    if int(h[3]) >= 0:
-        parts.append(f"op {_OPS[int(h[3])]}")
-    if extra_name:
-        parts.append(f"{extra_name}={int(h[4])}")
+    elif h[1] >= 0:
+        dims = h[6 : 6 + min(h[5], _MAX_DIMS)]
+        dtype = _DTYPES[h[2]]
+        parts.append(f"shape {tuple(dims)} ({h[1]} elements) {str(dtype).replace('torch.', '')}")
+    if h[3] >= 0:
+        parts.append(f"op {_OPS[h[3]]}")
+    if extra_name == "algorithm":  # only an all_reduce row carries one
+        if kind == "all_reduce" and 0 <= h[4] < len(ALL_REDUCE_ALGORITHMS):
+            parts.append(f"algorithm {ALL_REDUCE_ALGORITHMS[h[4]]}")
+    elif extra_name:
+        parts.append(f"{extra_name}={h[4]}")
     return ", ".join(parts)
+
+
+def _exchange(group, mine: list[int]) -> list[list[int]]:
+    """Every rank's header, on every rank, in one message latency (all-to-all)."""
+    rank, world = group.rank(), group.size()
+    table = torch.empty((world, _HEADER), dtype=torch.int64)  # (world, header) on every rank
+    table[rank] = torch.tensor(mine, dtype=torch.int64)
+    peers = [r for r in range(world) if r != rank]
+    # receives first: a send whose receive is already posted leaves at once
+    recvs = [p2p.irecv(table[r], r, group, HEADER_TAG) for r in peers]
+    sends = [p2p.isend(table[rank], r, group, HEADER_TAG) for r in peers]
+    p2p.wait_all(recvs)
+    p2p.wait_all(sends)
+    return table.tolist()
 
 
 def agree(
@@ -208,37 +232,27 @@ def agree(
         counts = _sequence.setdefault(group, {})  # channel -> collectives so far
         seq = counts.get(p2p.current_channel(), 0)
         counts[p2p.current_channel()] = seq + 1
-        mine[_CHECKED : _CHECKED + 3] = torch.tensor(
-            [1, seq, zlib.crc32(site.encode()) & 0x7FFFFFFF], dtype=torch.int64
-        )
-    table = torch.empty((world, _HEADER), dtype=torch.int64)  # (world, header) on every rank
-    if rank == 0:
-        table[0] = mine
-        msgs = [p2p.irecv(table[r], r, group, HEADER_TAG) for r in range(1, world)]
-        p2p.wait_all(msgs)
-        p2p.wait_all([p2p.isend(table, r, group, HEADER_TAG + 1) for r in range(1, world)])
-    else:
-        reply = p2p.irecv(table, 0, group, HEADER_TAG + 1)  # post the receive first
-        p2p.isend(mine, 0, group, HEADER_TAG).wait()
-        reply.wait()
-    if tensor is not None and int(mine[2]) == _BAD_INPUT:
+        mine[_CHECKED : _CHECKED + 3] = [1, seq, zlib.crc32(site.encode()) & 0x7FFFFFFF]
+    table = _exchange(group, mine)  # (world, header), the same on every rank
+    if tensor is not None and mine[2] == _BAD_INPUT:
         check_input(tensor, kind)  # this rank's own, precise error
     # Every rank now holds the same table, so every rank reaches the same verdict.
     # Shapes may differ (all_reduce only needs equal numel), so compare the first 5 fields.
     for r in range(1, world):
-        if not torch.equal(table[r, :5], table[0, :5]):
+        if table[r][:5] != table[0][:5]:
             raise MismatchError(
                 f"{kind}: rank {r} passed [{_describe(table[r], extra_name)}] but rank 0 passed "
                 f"[{_describe(table[0], extra_name)}] — every rank must call the same "
                 "collective, in the same order, with the same number of elements, dtype and op"
             )
-    if int(table[:, _CHECKED].min()) != int(table[:, _CHECKED].max()):
-        on = table[:, _CHECKED].nonzero().flatten().tolist()
+    flags = [row[_CHECKED] for row in table]
+    if min(flags) != max(flags):
+        on = [r for r, flag in enumerate(flags) if flag]
         raise MismatchError(
             f"{kind}: checked mode is on for ranks {on}"
             " only — set MINIDP_DEBUG=DETAIL (or use minidp.comm.checked()) on every rank"
         )
-    if int(table[0, _CHECKED]) == 1:
+    if flags[0] == 1:
         _compare_fingerprints(table, kind, extra_name, rank, site)
 
 
@@ -269,21 +283,21 @@ def agree_reduce(
     return name
 
 
-def _compare_fingerprints(table: torch.Tensor, kind: str, extra_name: str, rank: int, site: str):
+def _compare_fingerprints(table: list[list[int]], kind: str, extra_name: str, rank: int, site: str):
     """Checked mode: full shapes, sequence numbers and call sites must agree too."""
     seq, where = _CHECKED + 1, _CHECKED + 2
     for r in range(1, len(table)):
-        if not torch.equal(table[r, 5:_CHECKED], table[0, 5:_CHECKED]):
+        if table[r][5:_CHECKED] != table[0][5:_CHECKED]:
             raise MismatchError(
                 f"{kind} (checked mode): rank {r} passed [{_describe(table[r], extra_name)}] but "
                 f"rank 0 passed [{_describe(table[0], extra_name)}] — same number of elements, "
                 "different shapes: every rank must pass the same shape"
             )
-        if table[r, seq] != table[0, seq] or table[r, where] != table[0, where]:
-            same = "the same line" if table[r, where] == table[0, where] else "different places"
+        if table[r][seq] != table[0][seq] or table[r][where] != table[0][where]:
+            same = "the same line" if table[r][where] == table[0][where] else "different places"
             raise MismatchError(
                 f"{kind} (checked mode): ranks are out of step — rank {r} is at collective "
-                f"#{int(table[r, seq])} of this group, rank 0 at #{int(table[0, seq])}, and they "
+                f"#{table[r][seq]} of this group, rank 0 at #{table[0][seq]}, and they "
                 f"call from {same} (this rank, {rank}, calls from {site}). A rank skipped, "
                 "added or reordered a collective: every rank must call the same collectives "
                 "in the same order"

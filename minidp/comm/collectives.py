@@ -20,15 +20,28 @@ import torch
 
 from minidp.comm import agree, ops, p2p
 from minidp.comm import group as groups
+from minidp.comm.direct import SMALL_BYTES, direct_all_reduce
 from minidp.comm.naive import naive_all_reduce
 from minidp.comm.ring import ring_all_reduce, ring_pass, unexpanded
 
-ALGORITHMS = ("ring", "naive", "textbook")
+ALGORITHMS = ("auto", "ring", "direct", "naive", "textbook")
 _SEGMENT_BYTES = 1 << 20  # pipeline all-gather / reduce-scatter in 1 MiB messages, like gloo
 
 
-def all_reduce(tensor: torch.Tensor, op="sum", group=None, algorithm: str = "ring") -> torch.Tensor:
-    """All-reduce in place with ``algorithm``: "ring" (gloo-exact), "naive" or "textbook"."""
+def all_reduce(tensor: torch.Tensor, op="sum", group=None, algorithm: str = "auto") -> torch.Tensor:
+    """All-reduce in place with ``algorithm``; returns ``tensor``.
+
+    "auto" (default): "direct" for tensors up to ``SMALL_BYTES`` (256 KiB), else "ring" —
+    the two give the same bits (gloo's), the first in one exchange, the second with the
+    fewest bytes. "naive" (parameter server) and "textbook" (plain ring) are there to
+    compare. Every rank must pass the same ``algorithm``: "auto" decides from numel and
+    dtype, which the ranks agree on anyway.
+    """
+    if algorithm == "auto":
+        small = isinstance(tensor, torch.Tensor) and tensor.numel() * tensor.element_size()
+        algorithm = "direct" if small and small <= SMALL_BYTES else "ring"
+    if algorithm == "direct":
+        return direct_all_reduce(tensor, op, group)
     if algorithm == "ring":
         return ring_all_reduce(tensor, op, group)
     if algorithm == "textbook":

@@ -36,7 +36,7 @@ from minidp.comm import traffic
 from minidp.comm.errors import CollectiveError, CollectiveTimeout, PeerError
 
 _local = threading.local()  # per-thread: name of the collective running now, channel
-# Data tags stay below CHANNEL_SPAN, header tags (agree.HEADER_TAG = 2**30, and +1) lie
+# Data tags stay below CHANNEL_SPAN, header tags (agree.HEADER_TAG = 2**30) lie
 # above every channel's data range: 32 channels never share a tag (gloo: tags < 2**31).
 CHANNEL_SPAN = 1 << 25
 MAX_CHANNELS = 32

@@ -24,10 +24,10 @@ Two layouts share one algorithm (:func:`ring_pass`):
   every message forwarded as soon as it is summed — so sending one piece overlaps adding
   the next, which is where the speed comes from.
 
-Chunk ``c`` is reduced in the order gloo uses: it starts at rank ``c+1`` and travels
-left, each rank computing ``acc = mine + acc``, and ends on rank ``c``:
-``x[c] + (x[c-1] + (... + x[c+1]))`` (indices mod n). Floating-point addition is not
-associative, so this order is what makes the bits match.
+Chunk ``c`` is reduced in the order gloo uses: rank ``c-1`` sends its piece left, each
+rank it reaches computes ``acc = mine + acc``, and it ends on rank ``c``:
+``x[c] + (x[c+1] + (... + (x[c-2] + x[c-1])))`` (indices mod n). Floating-point addition is
+not associative, so this order is what makes the bits match.
 """
 
 from __future__ import annotations
@@ -185,35 +185,56 @@ def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None, layout: str = "g
     Returns:
         ``tensor``, now holding the reduction over all ranks.
     """
+    if layout not in ("gloo", "textbook"):
+        raise ValueError(f"ring_all_reduce: layout must be 'gloo' or 'textbook', got {layout!r}")
+
+    def body(flat: torch.Tensor, g, name: str) -> None:
+        world = g.size()
+        if layout == "gloo":
+            chunks, seg = gloo_layout(flat.numel(), flat.element_size(), world)
+            # Only the chunk boundaries decide the bits. How a chunk is cut into messages
+            # is free: messages of up to 2 MiB (gloo uses 1 MiB) halve the Python
+            # overhead per byte; measured faster with `python -m minidp bench allreduce`.
+            seg = max(seg, MESSAGE_BYTES // flat.element_size())
+        else:
+            chunks, seg = textbook_layout(flat.numel(), world)
+        # reduce-scatter (n-1 steps) then all-gather (n-1 steps), as one pipelined pass
+        ring_pass(flat, chunks, seg, g, name, world - 1, world - 1)
+
+    if layout == "textbook":
+        return reduce_in_place(tensor, op, group, "ring_all_reduce(textbook)", body, -1)
+    return reduce_in_place(tensor, op, group, "ring_all_reduce(gloo)", body, 0)
+
+
+def reduce_in_place(tensor: torch.Tensor, op, group, who: str, body, algorithm: int):
+    """What every all-reduce does around its algorithm ``body(flat, group, op_name)``.
+
+    Resolve the group (non-members return at once), reduce an expanded tensor's memory,
+    agree across ranks, skip empty tensors and worlds of one, run ``body`` on a flat
+    contiguous view, then finish the op (avg divides). ``algorithm`` indexes
+    ``agree.ALL_REDUCE_ALGORITHMS`` and travels in the header, so ranks that picked
+    different algorithms fail the check instead of exchanging mismatched messages (-1: the
+    textbook ring, a collective of its own kind). ``who`` names the call in errors.
+    """
+    if algorithm < 0:
+        kind, extra, extra_name = "textbook_ring_all_reduce", 0, ""
+    else:
+        kind, extra, extra_name = "all_reduce", algorithm, "algorithm"
     g = groups.resolve(group)
     if groups.skip_if_not_member(g, "all_reduce"):
         return tensor
     memory = unexpanded(tensor)
     if memory is not None:
-        ring_all_reduce(memory, op, group, layout)
+        reduce_in_place(memory, op, group, who, body, algorithm)
         return tensor
-    kind = "all_reduce" if layout == "gloo" else "textbook_ring_all_reduce"
-    with p2p.operation(f"ring_all_reduce({layout})"):
-        name = agree.agree_reduce(g, kind, tensor, op, "ring_all_reduce")
+    with p2p.operation(who):
+        name = agree.agree_reduce(g, kind, tensor, op, who.split("(")[0], extra, extra_name)
         world = g.size()
         if tensor.numel() == 0 or world == 1:
             return tensor
 
-        def body(flat: torch.Tensor) -> None:
-            if layout == "gloo":
-                chunks, seg = gloo_layout(flat.numel(), flat.element_size(), world)
-                # Only the chunk boundaries decide the bits. How a chunk is cut into messages
-                # is free: messages of up to 2 MiB (gloo uses 1 MiB) halve the Python
-                # overhead per byte; measured faster with `python -m minidp bench allreduce`.
-                seg = max(seg, MESSAGE_BYTES // flat.element_size())
-            elif layout == "textbook":
-                chunks, seg = textbook_layout(flat.numel(), world)
-            else:
-                raise ValueError(
-                    f"ring_all_reduce: layout must be 'gloo' or 'textbook', got {layout!r}"
-                )
-            # reduce-scatter (n-1 steps) then all-gather (n-1 steps), as one pipelined pass
-            ring_pass(flat, chunks, seg, g, name, world - 1, world - 1)
+        def run(flat: torch.Tensor) -> None:
+            body(flat, g, name)
             ops.finish(name, flat, world)
 
-        return ops.flat_inplace(tensor, body)
+        return ops.flat_inplace(tensor, run)

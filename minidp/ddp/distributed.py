@@ -35,7 +35,7 @@ from minidp.ddp.buckets import BucketCaps, bucket_of_params
 from minidp.ddp.join import Join
 from minidp.ddp.reducer import Reducer
 
-ALGORITHMS = ("ring", "naive")
+ALGORITHMS = ("auto", "ring", "naive")
 
 
 class DistributedDataParallel(torch.nn.Module):
@@ -51,7 +51,9 @@ class DistributedDataParallel(torch.nn.Module):
             parameters it does not reach as ready (needed when some go unused).
         gradient_as_bucket_view: make ``.grad`` a view into the bucket (saves one copy and
             the memory of one gradient set).
-        algorithm: "ring" (bit-exact with gloo) or "naive" (parameter server, to compare).
+        algorithm: "auto" (default: buckets up to 256 KiB in one exchange, bigger ones round
+            the ring; both bit-exact with gloo, see ``minidp.comm.all_reduce``), "ring"
+            (always the ring) or "naive" (parameter server, to compare).
         overlap: ``False`` launches no all-reduce before backward has finished — the
             baseline that shows what overlapping communication with backward buys.
 
@@ -68,7 +70,7 @@ class DistributedDataParallel(torch.nn.Module):
         broadcast_buffers: bool = True,
         find_unused_parameters: bool = False,
         gradient_as_bucket_view: bool = False,
-        algorithm: str = "ring",
+        algorithm: str = "auto",
         overlap: bool = True,
     ) -> None:
         super().__init__()

@@ -24,7 +24,7 @@ from minidp.comm import all_reduce
 from minidp.comm import group as groups
 
 
-def allreduce_gradients(module: torch.nn.Module, group=None, algorithm: str = "ring") -> None:
+def allreduce_gradients(module: torch.nn.Module, group=None, algorithm: str = "auto") -> None:
     """Replace each ``.grad`` of ``module`` by its average over the ranks (one all-reduce).
 
     Parameters without a gradient count as zeros on this rank (and get one). Every rank

@@ -75,14 +75,19 @@ def step_traffic(stage: str, model, x, y, loss_fn, optimizer_class, **options) -
     ``count_traffic`` counts the calling thread, and DDP's all-reduce runs on its comm
     thread; so for DDP and ZeRO-1 the gradients are averaged here by
     ``allreduce_gradients`` (one flat all-reduce after backward: DDP's bytes, without the
-    per-bucket headers).
+    per-bucket headers) round the ring: the traffic the ZeRO paper counts ("auto" would
+    send a tensor under 256 KiB whole, in one exchange).
     """
     average = None
     if stage in ("ddp", "zero1"):
         from minidp.ddp import allreduce_gradients
         from minidp.zero.zero1 import ZeroRedundancyOptimizer
 
-        wrapped, average = copy.deepcopy(model), allreduce_gradients
+        wrapped = copy.deepcopy(model)
+
+        def average(m: torch.nn.Module) -> None:
+            allreduce_gradients(m, algorithm="ring")
+
         if stage == "ddp":
             opt = optimizer_class(wrapped.parameters(), **options)
         else:
