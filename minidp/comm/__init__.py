@@ -2,7 +2,9 @@
 
 * :func:`ring_all_reduce` — reduce-scatter + all-gather, bit-exact with gloo's all-reduce.
 * :func:`naive_all_reduce` — the parameter server, kept beside the ring to compare.
-* :func:`all_reduce` (``algorithm=``), :func:`broadcast`, :func:`all_gather`,
+* :func:`all_reduce` — "auto" by default: small tensors in one exchange
+  (``direct.py``, the ring's bits), the ring above 256 KiB; or ``algorithm=``.
+* :func:`broadcast`, :func:`all_gather`,
   :func:`reduce_scatter`, :func:`barrier`.
 * :func:`count_traffic` — bytes and messages per rank, to measure the two algorithms.
 * :func:`channel` — a tag space of this thread's own, for collectives that run on the
