@@ -26,7 +26,7 @@ from torch import nn
 
 import minidp
 from minidp.bench.fault_cases import Fault, like_torch
-from minidp.bench.fault_cases_launch import ScriptFailed, subprocess_env
+from minidp.bench.fault_scripts import ScriptFailed, subprocess_env
 from minidp.comm import all_reduce
 from minidp.comm import group as groups
 

@@ -5,8 +5,8 @@ Run: ``python -m minidp bench faults --only launch`` (or any word of a row's nam
 Bad arguments to the launchers, scripts started the wrong way (no ``__main__`` guard, a
 rank function typed into ``python -c`` or stdin), Ctrl-C caught by a notebook, a parent
 killed under ranks with DataLoader workers, a thread rank that never returns, a stall
-under ``torchrun``, and DataParallel inputs torch would silently cut. Scripts run in a
-fresh interpreter (``subprocess``), because how Python was started is the fault.
+under ``torchrun``, and DataParallel inputs torch would silently cut. The scripts, and
+running them in a fresh interpreter, live in ``fault_scripts.py``.
 
 Test: ``pytest tests/test_reliability_launch.py`` (it reuses the scripts and the Ctrl-C
 injector defined here).
@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -31,118 +30,8 @@ from torch import nn
 
 import minidp
 from minidp.bench.fault_cases import Fault, like_torch
+from minidp.bench.fault_scripts import SCRIPTS, script, subprocess_env
 from minidp.launch import ProcessWorld, child_processes, run_threads, spawn
-
-ROOT = Path(minidp.__file__).resolve().parents[1]  # the checkout, for PYTHONPATH
-
-# ---- scripts: each runs in a fresh interpreter --------------------------------------------
-
-SCRIPTS = {
-    "unguarded": """\
-import minidp
-def main(rank, world_size):
-    return rank
-print(minidp.launch.spawn(main, 2))
-""",
-    "interactive": """\
-import minidp
-def main(rank, world_size):
-    return rank
-print(minidp.launch.spawn(main, 1))
-""",
-    "torchrun_stall": """\
-import time
-import torch
-import minidp
-
-def main(rank, world_size):
-    if rank == 1:
-        time.sleep(10)  # past launch()'s 3 s timeout, then it joins in
-    minidp.comm.all_reduce(torch.ones(4))
-    return rank
-
-if __name__ == "__main__":
-    minidp.launch.launch(main, 2, timeout=3)  # 3 s: joining the group under load fits
-""",
-    "orphans": """\
-import json, os, subprocess, sys, time
-import minidp
-from torch.utils.data import DataLoader, TensorDataset
-import torch
-
-KEEP = []
-
-def start_children(rank, world_size):
-    data = TensorDataset(torch.arange(8.0))  # forked workers start at once (spawned: seconds)
-    loader = DataLoader(data, num_workers=2, persistent_workers=True,
-                        multiprocessing_context="fork")
-    KEEP.append(iter(loader))
-    next(KEEP[-1])
-    # a child with no watchdog of its own (DataLoader workers poll for their parent)
-    KEEP.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
-    return sorted(minidp.launch.child_processes() | {os.getpid()})
-
-if __name__ == "__main__":
-    world = minidp.launch.ProcessWorld(1)
-    print(json.dumps(world.run(start_children)[0]), flush=True)
-    time.sleep(600)
-""",
-}
-
-
-def subprocess_env() -> dict:
-    """This environment for a fresh interpreter: finds this checkout, is no torchrun rank."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
-def run_script(name: str, how: str, cwd: str) -> subprocess.CompletedProcess:
-    """Run ``SCRIPTS[name]`` as ``python file.py``, ``python -c``, stdin or under torchrun."""
-    source, path = SCRIPTS[name], Path(cwd) / f"{name}.py"
-    path.write_text(source)
-    cmd = {
-        "file": [path.name],
-        "-c": ["-c", source],
-        "stdin": ["-"],
-        "torchrun": ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                     "--max-restarts", "0", path.name],
-    }[how]  # fmt: skip
-    return subprocess.run(
-        [sys.executable, *cmd],
-        cwd=cwd,
-        env=subprocess_env(),
-        input=source if how == "stdin" else None,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-
-
-class ScriptFailed(RuntimeError):
-    """A script exited with an error; the message ends with the exception line it printed.
-
-    ``raised``: that exception's class name, what the table shows as the root cause.
-    """
-
-    def __init__(self, message: str, exception_line: str) -> None:
-        super().__init__(f"{message}: {exception_line}")
-        name = exception_line.split(":", 1)[0].rsplit(".", 1)[-1]
-        self.raised = f"script: {name}" if EXCEPTION_LINE.match(exception_line) else "script"
-
-
-def _script(name: str, how: str) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = run_script(name, how, tmp)
-    if out.returncode != 0:
-        lines = (out.stdout + out.stderr).splitlines()
-        raised = [m.group(1) for m in map(EXCEPTION_LINE.match, lines) if m]
-        last = (raised or lines or [""])[-1]  # the last exception (chained ones come last)
-        raise ScriptFailed(f"exit {out.returncode}, {len(out.stderr.splitlines())} lines", last)
-
-
-# "pkg.SomeError: text", also as torchrun prefixes it ("[rank0]: ..."); not empty ones
-EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]: )?([\w.]*(?:Error|Timeout|Exception): \S.*)")
 
 
 def is_alive(pid: int) -> bool:
@@ -307,12 +196,12 @@ LAUNCH_FAULTS = [
             (launcher, what, value), rf"^{exc}: {launcher}: {what} must be .*{tail}")
       for launcher in ("run_threads", "spawn") for what, shown, value, exc, tail in _BAD],
     Fault("bad input", "launch: script without if __name__ == '__main__'", "local", 0,
-          _script, ("unguarded", "file"),
+          script, ("unguarded", "file"),
           r"exit 1, \d lines: RuntimeError: spawn: called at the top level .* \(line 4\)"),
-    Fault("bad input", "launch: rank function typed into python -c", "local", 0, _script,
+    Fault("bad input", "launch: rank function typed into python -c", "local", 0, script,
           ("interactive", "-c"), r"RuntimeError: spawn: 'main' is defined in __main__ of an "
           r"interactive session"),
-    Fault("bad input", "launch: rank function read from stdin", "local", 0, _script,
+    Fault("bad input", "launch: rank function read from stdin", "local", 0, script,
           ("interactive", "stdin"), r"RuntimeError: spawn: 'main' is defined in __main__"),
     Fault("fault", "launch: Ctrl-C during start-up, caught", "local", 0, ctrl_c_during,
           ("start-up",), r"^$", on_success=_caught),
@@ -328,7 +217,7 @@ LAUNCH_FAULTS = [
     Fault("fault", "launch: two ranks raise, 0.3 s apart", "threads", 2, _raise_in_turn, (),
           r"rank 1 raised ValueError: rank 1 fails first"),
     Fault("fault", "launch: rank stalls under torchrun, launch(timeout=3)", "local", 0,
-          _script, ("torchrun_stall", "torchrun"),
+          script, ("torchrun_stall", "torchrun"),
           r"minidp.comm.errors.CollectiveTimeout: .*rank 0 timed out waiting to recv from rank 1",
           stall=True),
     Fault("bad input", "DataParallel: inputs of 6 and 2 rows on 3 devices", "local", 0, _dp,
