@@ -12,10 +12,9 @@ classic mistake (a factor of W, a missing all-reduce). With 2 ranks every order 
 * ``bucketed_ddp``: hooks, buckets last layer first, one all-reduce per full bucket
   started *during* backward (through ``start_all_reduce``, which the checker provides
   so it can see *when* each bucket leaves and when it is waited for), wait at the end.
-* ``no_sync_accumulation``: K micro-batches, ONE all-reduce (counted by a comm hook on
-  the learner's torch DDP), same gradients as torch DDP used the right way.
+* ``no_sync_accumulation``: in ``ddp_no_sync.py``, on the same models and data.
 
-Test: ``pytest tests/test_exercises_dp_ddp.py -k "average or bucketed or no_sync"``
+Test: ``pytest tests/test_exercises_dp_ddp.py -k "average or bucketed"``
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from minidp.comm import all_reduce
 from minidp.ddp.textbook import make_buckets
@@ -265,67 +263,6 @@ BUCKETED_DDP = Exercise(
             lambda case, results: everywhere(
                 results, lambda rank, r: r.got[r.extra["n"]] != r.expected[r.extra["n"]]
             ),
-        ),
-    ),
-)
-
-# ----------------------------------------------------------------------------- no_sync
-
-
-def _counting_hook(state: dict, bucket):
-    state["count"] += 1
-    return default_hooks.allreduce_hook(state["group"], bucket)
-
-
-def _run_no_sync(fn, case, rank, world, group) -> Result:
-    micro = [_data(case, rank, step) for step in range(case["micro"])]
-    counts = []
-    for which in ("reference", "learner"):
-        model = _model(case)
-        ddp = nn.parallel.DistributedDataParallel(model, process_group=group)
-        state = {"count": 0, "group": group}
-        ddp.register_comm_hook(state, _counting_hook)
-        if which == "reference":  # torch's documented pattern
-            with ddp.no_sync():
-                for batch in micro[:-1]:
-                    _loss(ddp, batch).backward()
-            _loss(ddp, micro[-1]).backward()
-            expected = _grads(model)
-        else:
-            fn(ddp, micro, _loss)
-            got = _grads(model)
-        counts.append(state["count"])
-    return Result([*got, counts[1]], [*expected, counts[0]], extra={"micro": case["micro"]})
-
-
-def _synced(count_of):
-    return lambda case, results: everywhere(results, lambda rank, r: r.got[-1] == count_of(case))
-
-
-NO_SYNC_ACCUMULATION = Exercise(
-    name="no_sync_accumulation",
-    lesson="13_no_sync_accumulation",
-    summary="accumulate K micro-batches with ddp.no_sync(): one all-reduce, not K",
-    reference="torch DDP used as documented (no_sync around forward+backward of all but the "
-    "last micro-batch): its gradients, float64 rtol 1e-12, and its all-reduce count",
-    run_rank=_run_no_sync,
-    cases=tuple({**c, "micro": m} for c, m in zip(CASES, (3, 2, 3))),
-    strategy=lambda: ddp_cases(micro=_st().integers(1, 4)),
-    **ON_RANK_PROCESSES,
-    mistakes=(
-        Mistake(
-            "no_sync that does not cover the forward",
-            "every micro-batch was all-reduced: DDP decides in the FORWARD whether the next "
-            "backward syncs, so `with ddp.no_sync():` must wrap the forward and the backward "
-            "of every micro-batch but the last.",
-            _synced(lambda case: case["micro"]),
-        ),
-        Mistake(
-            "nothing all-reduced",
-            "no all-reduce ran at all, so the ranks' gradients differ: the LAST micro-batch "
-            "(forward and backward) must run outside no_sync — that backward all-reduces "
-            "everything accumulated.",
-            _synced(lambda case: 0),
         ),
     ),
 )
