@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 import minidp
+from minidp.bench.verdict import compare
 from minidp.launch import ProcessWorld
 
 SWEEP_CAPS = (1, 4, 10, 25, 100)
@@ -119,6 +120,18 @@ def _median_ms(per_rank: list[dict], pick) -> float:
     return max(statistics.median(pick(r)) for r in per_rank) * 1e3
 
 
+def _vs(results: list[dict], a: str, b: str) -> str:
+    """``b``'s step time over ``a``'s: the median of the per-step ratios (the rows take
+    turns, so each step of ``b`` has its ``a`` step beside it; each step counted at its
+    slowest rank), and in brackets their middle half (``minidp.bench.verdict``)."""
+
+    def slowest(key: str) -> list[float]:
+        return [max(ts) for ts in zip(*(r["times"][key] for r in results))]
+
+    c = compare(slowest(a), slowest(b), a, b)
+    return f"{c.ratio:.2f}x ({c.low:.2f}-{c.high:.2f})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="minidp bench ddp", description=__doc__.split("\n")[0])
     parser.add_argument("--world-size", type=int, default=2)
@@ -163,24 +176,28 @@ def report(results: list[dict], args) -> None:
         "single": "single process, no comm",
     }
     ms = {k: _median_ms(results, lambda r, k=k: r["times"][k]) for k in names}
-    print(f"\n{'row':<30} {'step ms':>9} {'vs torch DDP':>13} {'vs single':>10}")
-    print("-" * 65)
+    print(f"\n{'row':<30} {'step ms':>9} {'vs torch DDP (middle half)':>27} {'vs single':>10}")
+    print("-" * 79)
     for k, name in names.items():
         print(
-            f"{name:<30} {ms[k]:>9.1f} {ms[k] / ms['torch']:>12.2f}x {ms[k] / ms['single']:>9.2f}x"
+            f"{name:<30} {ms[k]:>9.1f} {_vs(results, 'torch', k):>27} {ms[k] / ms['single']:>9.2f}x"
         )
     gain = ms["no overlap"] - ms["minidp"]
     print(
         f"overlap saves {gain:.1f} ms per step ({gain / ms['no overlap']:+.0%} of the "
         f"no-overlap step); buckets (parameters each): {results[0]['buckets']['minidp']}"
     )
-    print(f"\n{'bucket_cap_mb':>13} {'buckets':>8} {'torch ms':>9} {'minidp ms':>10} {'ratio':>6}")
-    print("-" * 50)
+    print(
+        f"\n{'bucket_cap_mb':>13} {'buckets':>8} {'torch ms':>9} {'minidp ms':>10} "
+        f"{'ratio (middle half)':>20}"
+    )
+    print("-" * 64)
     for cap in args.caps:
         t = _median_ms(results, lambda r, c=cap: r["times"][f"torch {c} MiB"])
         m = _median_ms(results, lambda r, c=cap: r["times"][f"minidp {c} MiB"])
         n = results[0]["buckets"][cap]
-        print(f"{cap:>13} {n:>8} {t:>9.1f} {m:>10.1f} {m / t:>5.2f}x")
+        ratio = _vs(results, f"torch {cap} MiB", f"minidp {cap} MiB")
+        print(f"{cap:>13} {n:>8} {t:>9.1f} {m:>10.1f} {ratio:>20}")
 
 
 if __name__ == "__main__":
