@@ -37,7 +37,6 @@ from minidp.fsdp.textbook import TextbookFSDP
 WORLD = 2
 VOCAB, DIM, BLOCKS = kit.pick((256, 128, 4), (64, 32, 3))
 BATCH, SEQ, STEPS = kit.pick((8, 64, 4), (4, 16, 3))
-TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 
 
 class Block(nn.Module):
@@ -157,11 +156,11 @@ def fsdp_lesson(rank: int, world: int) -> dict:
     out["events"] = train(model, opt, batches(rank), record_step=STEPS - 1)
     out["last_step"] = sharded_bytes(model)  # its peak_gathered: the most held at once
     out["minidp"] = full_state_dict(model)
-    # PyTorch: plain DDP (any torch) and FSDP2 (gloo reduce-scatter: torch >= 2.8)
+    # PyTorch: plain DDP (any torch) and FSDP2 (torch >= 2.8, but not 2.8: kit.why_no_fsdp2)
     ddp = nn.parallel.DistributedDataParallel(make_model())
     train(ddp, torch.optim.AdamW(ddp.parameters(), lr=1e-2), batches(rank))
     out["ddp"] = {n: p.detach() for n, p in ddp.module.named_parameters()}
-    if TORCH >= (2, 8):
+    if not kit.why_no_fsdp2():
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
@@ -264,9 +263,7 @@ if __name__ == "__main__":
                 f"rank {rank}: minidp FSDP vs torch FSDP2 (fully_shard)", r["minidp"], r["fsdp2"]
             )
         else:
-            print(
-                f"  (FSDP2 skipped: torch {torch.__version__}'s gloo has no reduce_scatter; >= 2.8)"
-            )
+            print(f"  (FSDP2 skipped: {kit.why_no_fsdp2()})")
 
 # %% [markdown]
 # ## Exercise

@@ -29,7 +29,6 @@ from minidp.fsdp import full_state_dict, traffic
 WORLD = 2
 VOCAB, DIM, BLOCKS = kit.pick((256, 128, 3), (64, 32, 2))
 BATCH, SEQ, STEPS = kit.pick((8, 64, 5), (4, 16, 3))
-TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 POLICIES = {  # name: (param_dtype, reduce_dtype)
     "fp32": (None, None),
     "bf16": (torch.bfloat16, None),
@@ -134,7 +133,7 @@ def policy_lesson(rank: int, world: int) -> dict:
             "sent_per_step": (after.sent_bytes - before.sent_bytes) / STEPS,
             "params": full_state_dict(model),
         }
-        if TORCH >= (2, 8):
+        if not kit.why_no_fsdp2():
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -206,5 +205,5 @@ if __name__ == "__main__":
                     r[name]["fsdp2"],
                 )
     if "fsdp2" not in r0["fp32"]:
-        print(f"  (FSDP2 skipped: torch {torch.__version__}'s gloo has no reduce_scatter; >= 2.8)")
+        print(f"  (FSDP2 skipped: {kit.why_no_fsdp2()})")
     kit.done()

@@ -14,7 +14,8 @@ all-reduce of the whole input, and ``minidp.fsdp.reduce`` adds in that same orde
 4 ranks, and AdamW carries that into the weights). That reduce-scatter is checked by
 itself against gloo's all-reduce below, on every torch.
 
-FSDP2 needs gloo's reduce-scatter (torch >= 2.8): the comparisons skip on older torch;
+FSDP2 needs gloo's reduce-scatter (torch >= 2.8), and torch 2.8's FSDP2 sums gradients
+instead of averaging them on gloo: the comparisons skip there (``helpers.FSDP2_UNUSABLE``);
 minidp's own code runs on every torch (the error tests below, the textbook test).
 
 Run: ``pytest tests/test_fsdp.py``
@@ -25,7 +26,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
-from helpers import gloo_all_reduce
+from helpers import FSDP2_UNUSABLE, gloo_all_reduce
 from test_fsdp_support import BLOCKS as BLOCKS_IN_LM
 from test_fsdp_support import (
     SCENARIOS,
@@ -47,12 +48,7 @@ from minidp.fsdp import sharded_bytes, traffic
 from minidp.fsdp.reduce import gloo_reduce_scatter
 from minidp.launch import WorkerError, run_threads
 
-TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-needs_fsdp2 = pytest.mark.skipif(
-    TORCH < (2, 8),
-    reason=f"torch {torch.__version__}: ProcessGroupGloo does not support reduce_scatter "
-    "before 2.8, so FSDP2 cannot run on a CPU mesh",
-)
+needs_fsdp2 = pytest.mark.skipif(FSDP2_UNUSABLE is not None, reason=FSDP2_UNUSABLE or "")
 
 
 @pytest.fixture(scope="module")

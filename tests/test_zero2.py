@@ -22,6 +22,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+from helpers import FSDP2_UNUSABLE
 from test_zero_support import OPTIMIZERS, zero2_parity, zero2_vs_fsdp2
 
 from minidp.launch import WorkerError, run_threads
@@ -57,14 +58,7 @@ def test_matches_torch_zero_with_ddp(parity, world_size, optimizer, variant):
     assert parity(world_size)[0][optimizer]["buckets"] == 3
 
 
-def _torch_version() -> tuple[int, int]:
-    return tuple(int(v) for v in torch.__version__.split(".")[:2])
-
-
-@pytest.mark.skipif(
-    _torch_version() < (2, 8),
-    reason=f"FSDP2 needs gloo's reduce_scatter, absent before torch 2.8 ({torch.__version__})",
-)
+@pytest.mark.skipif(FSDP2_UNUSABLE is not None, reason=FSDP2_UNUSABLE or "")
 def test_matches_fsdp2_without_reshard(process_world):
     """FSDP2 with reshard_after_forward=False is torch's ZeRO-2-like mode; at 2 ranks the
     full parameters are torch.equal after every step and each rank's rows are FSDP2's

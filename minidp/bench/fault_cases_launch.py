@@ -56,7 +56,10 @@ def orphans_after_parent_killed(cwd: str, give_up_s: float = 60.0) -> tuple[list
         text=True,
     )
     try:
-        pids = json.loads(parent.stdout.readline())
+        line = parent.stdout.readline()
+        while line.startswith("[Gloo]"):  # some torch versions (2.8) print these on stdout
+            line = parent.stdout.readline()
+        pids = json.loads(line)
     finally:
         parent.kill()
         parent.wait()
