@@ -18,14 +18,11 @@ rank that skipped a collective, or two same-shaped all-reduces called in a diffe
 — which would otherwise pair up silently and return wrong sums. It costs a stack walk per
 call; ``python -m minidp bench allreduce`` measures it.
 
-The exchange is all-to-all on a few bytes: every rank sends its header to every other rank
-and receives theirs, all receives posted first — *one* message latency, so every rank holds
-the same table and reaches the same verdict. (It used to go through rank 0 and back: two
-latencies, which for small tensors cost as much as the data itself; ``python -m minidp
-bench allreduce`` measured the difference. At w ranks each rank sends w-1 headers of
-136 bytes: for the world sizes minidp runs, latency, not bytes, is what counts.) The
-header is built and read as a Python list: one tensor made, one ``tolist()``, instead of
-a tensor operation per field.
+The exchange is all-to-all on a few bytes: every rank sends its 136-byte header to every
+other rank, all receives posted first — *one* message latency (through rank 0 and back, as
+it once went, took two: as much as a small tensor's data), and every rank holds the same
+table, so every rank reaches the same verdict. Headers are Python lists: one tensor made,
+one ``tolist()``, not a tensor operation per field.
 
 Test: ``pytest tests/test_collectives.py -k mismatch``
 """
