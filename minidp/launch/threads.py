@@ -33,6 +33,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from minidp.comm.agree import checked, is_checked
@@ -45,6 +46,18 @@ ABORT_WAIT_S = 2.0  # after the deadline and the groups' abort: time to report a
 STOP_WAIT_S = 2.0  # then, after the exception raised into a still-running rank
 
 _worlds = itertools.count()
+
+# torch's flight recorder (its process-wide log of recent collectives) adds a group to a
+# shared map on the group's first collective. In torch 2.11 it does so *before* taking its
+# lock; a thread world makes several groups whose first collectives start at once, and
+# concurrent inserts corrupt the map: lost entries, now and then a segmentation fault.
+# 2.13 takes the lock first; 2.8 does not log gloo at all; 2.9, 2.10 and 2.12 are
+# untested and included to be safe. There each rank's first collective, a barrier, is
+# started under one lock, so the inserts happen one at a time, and all are done before
+# any rank's own code runs (the barrier completes only once every rank started it).
+_TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+FIRST_COLLECTIVE_RACES = (2, 9) <= _TORCH < (2, 13)
+_first_collective = threading.Lock()
 
 
 def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float = 60.0) -> list:
@@ -82,6 +95,10 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
     def run_rank(rank: int) -> None:
         try:
             groups[rank] = dist.ProcessGroupGloo(store, rank, world_size, td)
+            if FIRST_COLLECTIVE_RACES:
+                with _first_collective:
+                    first = groups[rank].barrier()  # enqueued (and logged) here, run later
+                first.wait()
             with use_group(groups[rank]), checked(checked_mode):
                 results[rank] = fn(rank, world_size, *args)
         except RankStopped:  # the launcher's groups are aborted already: nothing to clean
