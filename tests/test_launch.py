@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 import minidp
+from minidp.exercise.world import ThreadWorld
 from minidp.launch import WorkerError, child_processes, run_threads, spawn
 from minidp.launch.threads import FIRST_COLLECTIVE_RACES
 
@@ -118,18 +119,26 @@ def test_run_threads_rejects_bad_world_size():
         run_threads(lambda r, w: None, 0)
 
 
-def _groups_in_flight_recorder(rank, world):
+def _groups_in_flight_recorder(rank, world, group=None):
     return set(pickle.loads(torch._C._distributed_c10d._dump_fr_trace())["pg_status"])
 
 
 def test_thread_world_groups_are_in_torchs_flight_recorder_before_rank_code_runs():
     """torch 2.11's flight recorder adds a group to a shared map outside its lock, on the
     group's first collective; thread ranks starting their first collectives at once corrupt
-    it (lost entries, now and then a segfault). ``run_threads`` therefore starts each
-    rank's first collective itself, one rank at a time: by the time any rank's code runs,
-    all its world's groups are in the map. Reads torch's private dump (2.11 has it)."""
+    it (lost entries, now and then a segfault). Both thread-world makers (``run_threads``
+    and the exercise checker's ``ThreadWorld``) therefore start each rank's first collective
+    themselves, one rank at a time: by the time any rank's code runs, all its world's groups
+    are in the map. Reads torch's private dump (2.11 has it)."""
     if not FIRST_COLLECTIVE_RACES:
         pytest.skip(f"torch {torch.__version__} has no flight-recorder race to work around")
     before = _groups_in_flight_recorder(0, 1)
     seen = run_threads(_groups_in_flight_recorder, 5)
     assert all(len(s - before) == 5 for s in seen), [sorted(s - before) for s in seen]
+    before = set.union(*seen)
+    world = ThreadWorld(3, timeout=30)
+    try:
+        seen = world.run(_groups_in_flight_recorder, deadline=30).values
+    finally:
+        world.close()
+    assert all(len(s - before) == 3 for s in seen), [sorted(s - before) for s in seen]

@@ -29,6 +29,7 @@ import torch.distributed as dist
 
 from minidp.comm.errors import PeerError
 from minidp.comm.group import use_group
+from minidp.launch.threads import thread_group
 
 GRACE_S = 1.0  # after a rank raised, how long the others get to finish or fail too
 
@@ -79,7 +80,7 @@ class ThreadWorld:
 
     def _serve(self, rank: int, store, td) -> None:
         try:
-            self.groups[rank] = dist.ProcessGroupGloo(store, rank, self.size, td)
+            self.groups[rank] = thread_group(store, rank, self.size, td)
         except Exception as exc:
             self._outbox.put((rank, False, exc))
             return

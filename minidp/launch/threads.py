@@ -60,6 +60,20 @@ FIRST_COLLECTIVE_RACES = (2, 9) <= _TORCH < (2, 13)
 _first_collective = threading.Lock()
 
 
+def thread_group(store, rank: int, size: int, timeout: datetime.timedelta):
+    """A rank thread's own ``ProcessGroupGloo``, ready for the rank's first collective.
+
+    Every rank of the world calls it at about the same time (it returns once all have
+    joined). Used by :func:`run_threads` and by the exercise checker's reusable worlds.
+    """
+    group = dist.ProcessGroupGloo(store, rank, size, timeout)
+    if FIRST_COLLECTIVE_RACES:
+        with _first_collective:
+            first = group.barrier()  # enqueued (and logged) here; gloo's thread runs it
+        first.wait()
+    return group
+
+
 def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float = 60.0) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` threads; results in rank order.
 
@@ -94,11 +108,7 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
 
     def run_rank(rank: int) -> None:
         try:
-            groups[rank] = dist.ProcessGroupGloo(store, rank, world_size, td)
-            if FIRST_COLLECTIVE_RACES:
-                with _first_collective:
-                    first = groups[rank].barrier()  # enqueued (and logged) here, run later
-                first.wait()
+            groups[rank] = thread_group(store, rank, world_size, td)
             with use_group(groups[rank]), checked(checked_mode):
                 results[rank] = fn(rank, world_size, *args)
         except RankStopped:  # the launcher's groups are aborted already: nothing to clean
