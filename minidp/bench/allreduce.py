@@ -12,6 +12,9 @@ algorithm bandwidth ``algbw = bytes / time``, bus bandwidth ``busbw = algbw · 2
 each minidp time over gloo's as the median of the per-repetition ratios with their middle
 half (first to third quartile, ``minidp.bench.verdict``): a ratio whose spread straddles
 a goal neither meets nor misses it on this machine.
+
+``--breakdown`` adds two rows that split the ring's time: "ring pass" (its data movement
+alone, ``ring.gloo_ring``) and "check" (the cross-rank header check alone).
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ import torch.distributed as dist
 
 import minidp
 from minidp.bench.verdict import compare
+from minidp.comm import agree, ring
+from minidp.comm import group as groups
 from minidp.launch import ProcessWorld
 
-ALGOS = ("gloo", "auto", "ring", "naive")
 KIB = 1024
 
 
@@ -41,9 +45,12 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps: int) -> dict:
+def _measure(
+    rank: int, world: int, sizes: list[int], budget_s: float, max_reps: int, breakdown: bool
+) -> dict:
     """Rank function: time every algorithm on every size; rank 0 reports progress."""
     results = {}
+    g = groups.resolve()
     for nbytes in sizes:
         x = torch.randn(nbytes // 4)
         ops = {
@@ -52,12 +59,15 @@ def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps:
             "ring": lambda t: minidp.comm.ring_all_reduce(t),
             "naive": lambda t: minidp.comm.naive_all_reduce(t),
         }
-        times: dict[str, list[float]] = {a: [] for a in ALGOS}
+        if breakdown:  # the ring's two parts, each alone
+            ops["ring pass"] = lambda t: ring.gloo_ring(t, g, "sum")
+            ops["check"] = lambda t: agree.agree_reduce(g, "all_reduce", t, "sum", "ring")
+        times: dict[str, list[float]] = {a: [] for a in ops}
         reps = 0
         # Stop on the summed slowest-rank times, which are the same number on every rank:
         # a rank's own clock could stop it one repetition early and desync the others.
         while reps < max_reps and (reps < 3 or sum(map(sum, times.values())) < budget_s):
-            for algo in ALGOS:
+            for algo in ops:
                 t = x.clone()
                 dist.barrier()
                 t0 = time.perf_counter()
@@ -68,7 +78,7 @@ def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps:
             reps += 1
         results[nbytes] = times
         if rank == 0:
-            line = "  ".join(f"{a} {statistics.median(times[a]) * 1e3:7.2f} ms" for a in ALGOS)
+            line = "  ".join(f"{a} {statistics.median(times[a]) * 1e3:7.2f} ms" for a in times)
             print(
                 f"  [{world} ranks] {_fmt_bytes(nbytes):>8}: {line}  ({reps} reps)",
                 file=sys.stderr,
@@ -86,7 +96,7 @@ def table(results: dict[int, dict[int, dict[str, list[float]]]]) -> str:
     ]
     for world, per_size in results.items():
         for nbytes, times in per_size.items():
-            for algo in ALGOS:
+            for algo in times:
                 t = statistics.median(times[algo])
                 algbw = nbytes / t / 1e9
                 busbw = algbw * 2 * (world - 1) / world
@@ -110,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=1.5, help="seconds per size (1.5)")
     p.add_argument("--max-reps", type=int, default=50, help="repetitions per size at most (50)")
     p.add_argument("--quick", action="store_true", help="sizes 4 KiB..1 MiB, short budget")
+    p.add_argument(
+        "--breakdown", action="store_true", help="also time the ring's data pass and check alone"
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.max_size, args.budget, args.max_reps = min(args.max_size, 1 << 20), 0.2, 5
@@ -128,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     for world in args.worlds:
         print(f"starting {world} rank processes ...", file=sys.stderr, flush=True)
         with ProcessWorld(world, timeout=300) as w:
-            results[world] = w.run(_measure, sizes, args.budget, args.max_reps)[0]
+            results[world] = w.run(_measure, sizes, args.budget, args.max_reps, args.breakdown)[0]
     print()
     print(table(results))
     return 0

@@ -46,7 +46,9 @@ So ``minidp.comm.all_reduce`` sends a tensor up to 256 KiB whole, in one exchang
 the chunks locally in the order above (``direct.py``: the same bits); this ring takes
 the bigger ones. Measured after the change: ``all_reduce`` 1.6–2.1× gloo at 4–256 KiB, this
 ring alone 2.2–3.3× (its check got cheaper too). Above 256 KiB the ring is still ~2× gloo
-at 1–4 MiB and 1.0–1.2× at 64 MiB (the README's table, with spreads).
+at 1–4 MiB and 1.0–1.2× at 64 MiB (the README's table, with spreads). At 1–4 MiB
+``bench allreduce --breakdown`` splits that: the data pass alone (:func:`gloo_ring`)
+1.2–1.5× gloo, the cross-rank check before it 0.5–0.7 ms (one message round).
 """
 
 from __future__ import annotations
@@ -208,21 +210,28 @@ def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None, layout: str = "g
         raise ValueError(f"ring_all_reduce: layout must be 'gloo' or 'textbook', got {layout!r}")
 
     def body(flat: torch.Tensor, g, name: str) -> None:
-        world = g.size()
         if layout == "gloo":
-            chunks, seg = gloo_layout(flat.numel(), flat.element_size(), world)
-            # Only the chunk boundaries decide the bits. How a chunk is cut into messages
-            # is free: messages of up to 2 MiB (gloo uses 1 MiB) halve the Python
-            # overhead per byte; measured faster with `python -m minidp bench allreduce`.
-            seg = max(seg, MESSAGE_BYTES // flat.element_size())
+            gloo_ring(flat, g, name)
         else:
-            chunks, seg = textbook_layout(flat.numel(), world)
-        # reduce-scatter (n-1 steps) then all-gather (n-1 steps), as one pipelined pass
-        ring_pass(flat, chunks, seg, g, name, world - 1, world - 1)
+            chunks, seg = textbook_layout(flat.numel(), g.size())
+            ring_pass(flat, chunks, seg, g, name, g.size() - 1, g.size() - 1)
 
     if layout == "textbook":
         return reduce_in_place(tensor, op, group, "ring_all_reduce(textbook)", body, -1)
     return reduce_in_place(tensor, op, group, "ring_all_reduce(gloo)", body, 0)
+
+
+def gloo_ring(flat: torch.Tensor, group, op: str) -> None:
+    """The data pass of ``ring_all_reduce`` alone, in place on ``flat`` (1-D, contiguous):
+    no cross-rank check, no avg division. ``bench allreduce --breakdown`` times it."""
+    world = group.size()
+    chunks, seg = gloo_layout(flat.numel(), flat.element_size(), world)
+    # Only the chunk boundaries decide the bits. How a chunk is cut into messages is
+    # free: messages of up to 2 MiB (gloo uses 1 MiB) halve the Python overhead per byte;
+    # measured faster with `python -m minidp bench allreduce`.
+    seg = max(seg, MESSAGE_BYTES // flat.element_size())
+    # reduce-scatter (n-1 steps) then all-gather (n-1 steps), as one pipelined pass
+    ring_pass(flat, chunks, seg, group, op, world - 1, world - 1)
 
 
 def reduce_in_place(tensor: torch.Tensor, op, group, who: str, body, algorithm: int):
