@@ -34,14 +34,19 @@ def import_graph(package_dir: pathlib.Path) -> dict[str, set[str]]:
     }
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         targets = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            elif isinstance(node, ast.ImportFrom):
+                source = node.module or ""
+                if node.level:  # relative: "from ..bench import x" seen from its package
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    source = ".".join(parts + ([node.module] if node.module else []))
                 for alias in node.names:
-                    child = f"{node.module}.{alias.name}"
-                    targets.add(child if child in files else node.module)
+                    child = f"{source}.{alias.name}"
+                    targets.add(child if child in files else source)
         graph[module] = {t for t in targets if t in files and t != module}
     return graph
 
@@ -101,7 +106,8 @@ def test_no_module_imports_itself_back():
 
 
 def test_the_checks_catch_a_back_edge(tmp_path):
-    """Mutation: a library module that imports a benchmark, which imports it back."""
+    """Mutation: a library module that imports a benchmark, which imports it back (once
+    with an absolute import inside a function, once with a relative one)."""
     root = tmp_path / "minidp"
     for package in ("comm", "bench"):
         (root / package).mkdir(parents=True)
@@ -115,3 +121,5 @@ def test_the_checks_catch_a_back_edge(tmp_path):
     (root / "comm" / "ring.py").write_text("import torch\n")  # the fix: no back edge
     graph = import_graph(root)
     assert upward_imports(graph) == [] and find_cycle(graph) is None
+    (root / "comm" / "ops.py").write_text("from ..bench.timing import best\n")
+    assert upward_imports(import_graph(root)) == ["minidp.comm.ops -> minidp.bench.timing"]
