@@ -11,8 +11,11 @@
 # * the **sharded** parameters stay fp32 — the "master weights" the optimizer steps;
 # * `param_dtype=torch.bfloat16`: each shard is cast to bf16 *before* the all-gather, so
 #   the forward and backward run on bf16 copies and the gather moves half the bytes;
-# * `reduce_dtype`: the dtype of the gradient reduce-scatter (`None`: the gradients' own,
-#   bf16); the reduced gradient is cast back to fp32 and lands on the fp32 shard.
+# * `reduce_dtype`: the dtype of the gradient reduce-scatter; the reduced gradient is cast
+#   back to fp32 and lands on the fp32 shard. Left unset (`None`), its meaning depends on
+#   the torch release: up to 2.14 the gradients' own dtype (bf16 sums), from 2.15 the
+#   master weights' dtype (the bf16 gradients are upcast, then summed in fp32). This
+#   lesson shows both and which one your torch uses.
 #
 # Here: why the master weights must stay fp32, what the policy changes (dtypes and bytes
 # measured), and minidp's policy against FSDP2's, bit for bit.
@@ -25,15 +28,19 @@ from torch import nn
 
 import minidp
 from minidp.fsdp import full_state_dict, traffic
+from minidp.fsdp.policy import UNSET_REDUCES_IN_PARAM_DTYPE
 
 WORLD = 2
 VOCAB, DIM, BLOCKS = kit.pick((256, 128, 3), (64, 32, 2))
 BATCH, SEQ, STEPS = kit.pick((8, 64, 5), (4, 16, 3))
 POLICIES = {  # name: (param_dtype, reduce_dtype)
     "fp32": (None, None),
-    "bf16": (torch.bfloat16, None),
+    "bf16": (torch.bfloat16, torch.bfloat16),
     "bf16, fp32 reduce": (torch.bfloat16, torch.float32),
+    "bf16, reduce unset": (torch.bfloat16, None),
 }
+# the row that `reduce_dtype=None` is, on the installed torch (minidp follows torch's rule)
+UNSET_IS = "bf16" if UNSET_REDUCES_IN_PARAM_DTYPE else "bf16, fp32 reduce"
 
 # %% [markdown]
 # ## 1. Why the master weights stay fp32
@@ -178,11 +185,22 @@ if __name__ == "__main__":
         ratio < ratio_fp32_reduce < 1.0,
         f"{ratio_fp32_reduce:.2f}",
     )
+    unset = r0["bf16, reduce unset"]
+    print(f"  torch {torch.__version__}: reduce_dtype=None reduces like the {UNSET_IS!r} row")
+    kit.check_true(
+        f"reduce_dtype unset: the same bytes and weights as {UNSET_IS!r} on this torch",
+        unset["sent_per_step"] == r0[UNSET_IS]["sent_per_step"]
+        and all(torch.equal(unset["params"][n], t) for n, t in r0[UNSET_IS]["params"].items()),
+    )
 
 # %% [markdown]
 # The numbers: the gathered weights and the logits are bf16, while the shards and their
 # `.grad` stay fp32. Bytes per step are about halved under bf16 (both all-gathers and the
 # reduce-scatter), not exactly: minidp's header check adds a few bytes per collective.
+# An fp32 `reduce_dtype` sums the gradients without bf16 rounding for the price of fp32
+# bytes in the reduce-scatter — the trade torch 2.15 made its default when `reduce_dtype`
+# is left unset (on 2.14 and before, unset meant bf16 sums). Name the dtype you want
+# rather than rely on the default: it changed once.
 #
 # ## 3. The price, and PyTorch's answer
 # bf16 compute changes the trajectory; the loss after a few steps stays close. And the

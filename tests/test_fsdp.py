@@ -6,13 +6,14 @@ same way — each block, then the root — and train it on the same per-rank dat
 step, per parameter: the full parameter, this rank's shard (FSDP2: ``to_local()``) and the
 shard's gradient.
 
-Bit-exact at 2, 3 and 4 ranks, fp32 and bf16 (``torch.equal``). With 2 ranks each averaged
-gradient element is one addition and one halving, so any reduce-scatter gives the same
-bits. From 3 ranks on the order of additions matters: gloo's reduce-scatter is an
-all-reduce of the whole input, and ``minidp.fsdp.reduce`` adds in that same order
-(``minidp.comm.reduce_scatter``'s ring order rounds a few gradient elements differently at
-4 ranks, and AdamW carries that into the weights). That reduce-scatter is checked by
-itself against gloo's all-reduce below, on every torch.
+Bit-exact at 2, 3 and 4 ranks, fp32, bf16 and fp16 (``torch.equal``), with ``reduce_dtype``
+unset (what that means changed in torch 2.15: ``minidp/fsdp/policy.py``) and set. With 2
+ranks each averaged gradient element is one addition and one halving, so any
+reduce-scatter gives the same bits. From 3 ranks on the order of additions matters: gloo's
+reduce-scatter is an all-reduce of the whole input, and ``minidp.fsdp.reduce`` adds in that
+same order (``minidp.comm.reduce_scatter``'s ring order rounds a few gradient elements
+differently at 4 ranks, and AdamW carries that into the weights). That reduce-scatter is
+checked by itself against gloo's all-reduce below, on every torch.
 
 FSDP2 needs gloo's reduce-scatter (torch >= 2.8), and torch 2.8's FSDP2 sums gradients
 instead of averaging them on gloo: the comparisons skip there (``helpers.FSDP2_UNUSABLE``);
@@ -74,11 +75,13 @@ def test_bit_identical_to_fsdp2_at_two_ranks(parity, name):
 @needs_fsdp2
 @pytest.mark.parametrize(
     "world, name",
-    [(4, "bf16")]  # the default run: padding everywhere, bf16, gloo's order over 4 ranks
+    # the default run: padding everywhere, gloo's order over 4 ranks, bf16, and fp16's
+    # divide-before and divide-after the sum (2 and 2: a wrong factor shows only here)
+    [(4, "bf16"), (4, "fp16_reduce_fp16")]
     + [
         pytest.param(w, n, marks=pytest.mark.slow)
         for w, n in ((3, "adamw"), (3, "sgd_keep_gathered"), (3, "bf16"), (4, "adamw"))
-        + ((4, "sgd_keep_gathered"), (4, "bf16_reduce_fp32"))
+        + ((4, "sgd_keep_gathered"), (4, "bf16_reduce_fp32"), (4, "fp16"))
     ],
 )
 def test_bit_identical_to_fsdp2_at_three_and_four_ranks(parity, world, name):
@@ -185,8 +188,8 @@ def test_parameter_shared_with_a_wrapped_child_is_refused():
         run_threads(_shared_with_wrapped_child, 1, timeout=30)
 
 
-def _traffic_per_step(rank, world, param_dtype):
-    policy = minidp.MixedPrecisionPolicy(param_dtype=param_dtype)
+def _traffic_per_step(rank, world, param_dtype, reduce_dtype):
+    policy = minidp.MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     model = wrap(seeded_lm(), minidp.fully_shard, True, policy)
     readings = []
     for tokens, target in batches(rank, 3):
@@ -200,17 +203,25 @@ def _traffic_per_step(rank, world, param_dtype):
 def test_traffic_per_step_is_three_passes_of_the_shards():
     """2 ranks: each rank sends its padded shards once per all-gather (2 per block: forward
     and backward; 1 for the root, kept gathered) and once for the reduce-scatter, plus the
-    header check of each collective; bf16 gathers and reduces halve the payload."""
+    header check of each collective; bf16 gathers and reduces halve their payload."""
     world = 2
-    for dtype, size in ((None, 4), (torch.bfloat16, 2)):
+    bf16, fp32 = torch.bfloat16, torch.float32
+    # (param_dtype, reduce_dtype, bytes per gathered element, bytes per reduced element)
+    for param_dtype, reduce_dtype, gather, reduce in (
+        (None, None, 4, 4),
+        (bf16, bf16, 2, 2),
+        (bf16, fp32, 2, 4),
+    ):
         for rank, (step, shard_bytes, header) in enumerate(
-            run_threads(_traffic_per_step, world, dtype)
+            run_threads(_traffic_per_step, world, param_dtype, reduce_dtype)
         ):
             blocks = sum(p.numel() for p in Block(10).parameters()) * BLOCKS_IN_LM  # even rows
             root = shard_bytes // 4 - blocks // world  # root's padded shard, elements
-            payload = (3 * blocks // world + 2 * root) * size * (world - 1)
+            gathered = (2 * blocks // world + root) * gather  # blocks twice, the root once
+            reduced = (blocks // world + root) * reduce
+            payload = (gathered + reduced) * (world - 1)
             collectives = 3 * BLOCKS_IN_LM + 2
-            assert step == payload + collectives * header, (rank, dtype, step, payload, header)
+            assert step == payload + collectives * header, (rank, param_dtype, step, payload)
 
 
 def _peak(rank, world, reshard):

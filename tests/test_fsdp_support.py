@@ -62,8 +62,13 @@ SCENARIOS = {
     # name: (optimizer, param_dtype, reshard_after_forward for the blocks, steps)
     "adamw": ("adamw", None, True, 3),
     "sgd_keep_gathered": ("sgd", None, False, 3),
+    # reduce_dtype unset: the installed torch's rule (bf16 sums up to 2.14, fp32 from 2.15)
     "bf16": ("adamw", torch.bfloat16, True, 3),
+    "bf16_reduce_bf16": ("adamw", (torch.bfloat16, torch.bfloat16), True, 3),
     "bf16_reduce_fp32": ("adamw", (torch.bfloat16, torch.float32), True, 3),
+    "fp16": ("adamw", torch.float16, True, 3),
+    # fp16 sums divide before and after the reduce-scatter (2 and 2 at 4 ranks) on every torch
+    "fp16_reduce_fp16": ("adamw", (torch.float16, torch.float16), True, 3),
 }
 
 

@@ -30,7 +30,7 @@ from torch import nn
 
 from minidp.comm import all_gather
 from minidp.fsdp import shard
-from minidp.fsdp.policy import MixedPrecisionPolicy
+from minidp.fsdp.policy import MixedPrecisionPolicy, reduce_dtype_for
 from minidp.fsdp.reduce import gloo_reduce_scatter
 
 
@@ -123,7 +123,7 @@ class FSDPUnit:
 
     def reduce(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """Reduce-scatter the gradients: this rank's ``(T_grad,)`` average, original dtype."""
-        reduce_dtype = self.mp.reduce_dtype or grads[0].dtype
+        reduce_dtype = reduce_dtype_for(self.mp, grads[0].dtype, self.dtype)  # torch's rule
         pre, post, op = shard.divide_factors(self.world, reduce_dtype)
         rows = shard.chunk_cat(grads, self.world, reduce_dtype)  # (world, T_grad)
         if pre is not None and pre != 1:
