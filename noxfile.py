@@ -1,7 +1,7 @@
 """The torch version matrix: the README's test command in a fresh environment per torch release.
 
     pip install nox uv                 # uv makes the environments (falls back to virtualenv)
-    nox -l                             # the sessions: tests-2.4, tests-2.7, ... tests-2.14
+    nox -l                             # the sessions: tests-2.4, tests-2.7, ... tests-2.15
     nox -s tests-2.4                   # one version (first run downloads torch: minutes)
     nox -s tests-2.4 -- -x tests/test_buckets.py   # arguments after -- go to pytest
     nox -s summary                     # one Markdown table row per version run, for the README
@@ -21,12 +21,15 @@ import datetime
 import json
 import pathlib
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import nox
 
-# The releases the README promises; the floor is pyproject's `torch>=2.4`.
-TORCH_VERSIONS = ["2.4.0", "2.7.0", "2.8.0", "2.11.0", "2.13.0", "2.14.1"]
+# The releases the README promises, kept in one list with the tests (the test run names the
+# newest of them); the floor is pyproject's `torch>=2.4`.
+sys.path.insert(0, str(pathlib.Path(__file__).parent / "tests"))
+from torch_versions import TORCH_VERSIONS  # noqa: E402
 
 RESULTS = pathlib.Path(".nox") / "results"  # one JSON per version, read by `summary`
 

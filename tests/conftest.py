@@ -9,8 +9,15 @@ Functions sent to the ranks must be module-level (picklable).
 from __future__ import annotations
 
 import pytest
+import torch
+from torch_versions import verified_line
 
 from minidp.launch import ProcessWorld
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line before pytest's own summary: which torch ran, and the newest verified one."""
+    terminalreporter.write_line(verified_line(torch.__version__))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,44 @@
+"""The verified-torch line every test run ends with, and the README's matrix it points to.
+
+Run: ``pytest tests/test_torch_versions.py``
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch_versions import TORCH_VERSIONS, release, verified_line
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def test_a_newer_torch_is_named_as_unverified():
+    newest = release(TORCH_VERSIONS[-1])
+    newer = f"{newest[0]}.{newest[1] + 1}.0+cu999"
+    line = verified_line(newer)
+    assert line.startswith(f"torch {newer} is newer than the newest verified release")
+    assert TORCH_VERSIONS[-1] in line and "README" in line
+
+
+def test_a_verified_torch_is_named_with_the_newest():
+    for version in TORCH_VERSIONS:
+        line = verified_line(version + "+cpu")
+        assert line == f"torch {version}+cpu; newest verified release {TORCH_VERSIONS[-1]}"
+
+
+def test_an_unlisted_older_minor_release_says_so():
+    assert "not in the matrix" in verified_line("2.12.0")
+
+
+def test_release_orders_versions_numerically():
+    assert release("2.15.0+cu132") > release("2.9.1") > release("2.4.0")
+    assert TORCH_VERSIONS == sorted(TORCH_VERSIONS, key=release)
+
+
+def test_readme_matrix_has_a_row_for_every_verified_release():
+    """Each release in the list has its row (from `nox -s summary`) with a commit."""
+    for version in TORCH_VERSIONS:
+        rows = [line for line in README.splitlines() if line.startswith(f"| {version}+")]
+        assert len(rows) == 1, f"README: no matrix row for torch {version}"
+        commit = rows[0].rstrip(" |").rsplit("|", 1)[-1].strip()
+        assert len(commit) >= 7, f"README: the {version} row names no commit: {rows[0]}"
