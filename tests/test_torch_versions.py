@@ -36,9 +36,12 @@ def test_release_orders_versions_numerically():
 
 
 def test_readme_matrix_has_a_row_for_every_verified_release():
-    """Each release in the list has its row (from `nox -s summary`) with a commit."""
+    """Each release in the list has its row (from `nox -s summary`); a row with a result names
+    the commit it tested (a release just added reads "not run" until its run)."""
     for version in TORCH_VERSIONS:
-        rows = [line for line in README.splitlines() if line.startswith(f"| {version}+")]
+        rows = [line for line in README.splitlines() if line.startswith(f"| {version}")]
         assert len(rows) == 1, f"README: no matrix row for torch {version}"
+        if "| not run:" in rows[0]:
+            continue
         commit = rows[0].rstrip(" |").rsplit("|", 1)[-1].strip()
         assert len(commit) >= 7, f"README: the {version} row names no commit: {rows[0]}"
