@@ -24,6 +24,8 @@ Run: ``pytest tests/test_fsdp.py``
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -186,6 +188,38 @@ def _shared_with_wrapped_child(rank, world):
 def test_parameter_shared_with_a_wrapped_child_is_refused():
     with pytest.raises(WorkerError, match=r"0 is wrapped already but shares a parameter"):
         run_threads(_shared_with_wrapped_child, 1, timeout=30)
+
+
+def _tied_across_units(rank, world) -> list[str]:
+    """The embedding and the head share a weight; each side is wrapped as its own unit.
+    Returns FSDP2's error (raised at the first forward), then minidp's (at the call)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    messages = []
+    for shard_fn, kw in ((fully_shard, {"mesh": init_device_mesh("cpu", (world,))}), (None, {})):
+        torch.manual_seed(0)
+        model = TinyLM()
+        try:
+            for side in (model.emb, model.head):
+                (shard_fn or minidp.fully_shard)(side, **kw)
+            (shard_fn or minidp.fully_shard)(model, **kw)
+            model(batches(rank, 1)[0][0])
+            messages.append("no error: the tied weight was silently untied")
+        except ValueError as exc:
+            messages.append(str(exc))
+    return messages
+
+
+@needs_fsdp2
+def test_weight_tied_across_two_units_is_refused_like_fsdp2(process_world):
+    for theirs, ours in process_world(2).run(_tied_across_units):
+        assert "is shared with a parameter already managed by another FSDP group" in theirs
+        assert re.search(
+            r"Parameter 'weight' of Linear is shared with a parameter already managed by "
+            r"another FSDP group \(Embedding.weight\)\. Tied parameters must be in one unit",
+            ours,
+        ), ours
 
 
 def _traffic_per_step(rank, world, param_dtype, reduce_dtype):

@@ -69,6 +69,10 @@ SCENARIOS = {
     "fp16": ("adamw", torch.float16, True, 3),
     # fp16 sums divide before and after the reduce-scatter (2 and 2 at 4 ranks) on every torch
     "fp16_reduce_fp16": ("adamw", (torch.float16, torch.float16), True, 3),
+    # frozen parameters: each block's LayerNorm frozen before wrapping (a unit mixing frozen
+    # and trainable parameters), and one Linear frozen after step 0, unfrozen after step 1
+    "frozen_norms": ("adamw", None, True, 3),
+    "freeze_after_wrap": ("adamw", None, True, 3),
 }
 
 
@@ -112,6 +116,10 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
     torch.manual_seed(0)
     theirs, ours = TinyLM(), TinyLM()
     ours.load_state_dict(theirs.state_dict())
+    if name == "frozen_norms":
+        for model in (theirs, ours):
+            for block in model.blocks:
+                block.norm.requires_grad_(False)
     mesh = init_device_mesh("cpu", (world,))
     policy = {"param_dtype": param_dtype, "reduce_dtype": reduce_dtype}
     wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(**policy), mesh=mesh)
@@ -120,6 +128,9 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
     opt_m = make_optimizer(opt_kind, ours.parameters())
     rows = []
     for step, (tokens, target) in enumerate(batches(rank, steps)):
+        if name == "freeze_after_wrap" and step in (1, 2):
+            for model in (theirs, ours):
+                model.blocks[0].fc1.requires_grad_(step == 2)  # frozen for step 1 only
         for model, opt in ((theirs, opt_t), (ours, opt_m)):
             opt.zero_grad()
             loss_fn(model, tokens, target).backward()
@@ -130,11 +141,14 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
             rows.append((step, n, "full", _diff(full[n], p.full_tensor())))
             mine, grad = shards[n]
             rows.append((step, n, "shard", _diff(mine, p.to_local())))
-            rows.append((step, n, "grad", _diff(grad, p.grad.to_local())))
+            want = None if p.grad is None else p.grad.to_local()  # None: frozen
+            rows.append((step, n, "grad", _diff(grad, want)))
     return rows
 
 
-def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+def _diff(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
+    if a is None or b is None:  # a gradient one side has and the other not
+        return 0.0 if a is b else float("inf")
     if a.shape != b.shape or a.dtype != b.dtype:
         return float("inf")
     if torch.equal(a, b):

@@ -84,15 +84,19 @@ class Root:
         self.prefetch(unit)
         with trace.span(f"wait all-gather {unit.label}", lane="compute"):
             self.gathers.pop(id(unit)).result()
-        if not unit.hooks:  # the full parameters exist now: count their gradients
+        self._count_grads(unit)
+        unit.install(unit.full)
+        unit.is_unsharded = True
+        self._note_peak()
+
+    def _count_grads(self, unit) -> None:
+        """Hook the full parameters that require grad (once they exist): each arrival counts."""
+        if not unit.hooks and unit.full:
             unit.hooks = [
                 p.register_post_accumulate_grad_hook(lambda _, u=unit: self.grad_ready(u))
                 for p, rg in zip(unit.full, unit.requires_grad)
                 if rg
             ]
-        unit.install(unit.full)
-        unit.is_unsharded = True
-        self._note_peak()
 
     # ---- forward -----------------------------------------------------------------------
 
@@ -150,6 +154,8 @@ class Root:
             f.result()
         self.gathers.clear()
         for u in self.units:
+            if u.follow_requires_grad() and u.is_unsharded:
+                self._count_grads(u)  # a gathered unit (the root) is not unsharded again
             u.pending = sum(u.requires_grad)
             if u.is_unsharded and u is not self.unit:
                 u.free()
@@ -179,7 +185,11 @@ class Root:
             grads = unit.take_grads()
             future = self.comm.submit(self._reduce, unit, grads)
             self.reduces.append((unit, future))
-            if unit is not self.unit:
+            # A frozen parameter has no gradient to wait for, but autograd may still read it
+            # (a frozen LayerNorm's weight, for the input's gradient) after the last trainable
+            # one arrived: such a unit stays gathered until the whole backward is done.
+            # (FSDP2 knows exactly when a unit's backward ends, from a hook on its inputs.)
+            if unit is not self.unit and all(unit.requires_grad):
                 unit.free()
         if self.pending == 0:
             self._finish_backward()

@@ -79,6 +79,25 @@ class FSDPUnit:
         self.install(self.sharded)
         self.is_unsharded = False
 
+    def follow_requires_grad(self) -> bool:
+        """Adopt ``requires_grad_()`` calls made since the last step (True if any changed).
+
+        Between steps the module holds the shards, so that is where a user freezes or
+        unfreezes; FSDP2 follows such calls too. The full parameters take the new flags, and
+        the gradient hooks are dropped: the root counts the new set again (``Root.unshard``).
+        """
+        now = [p.requires_grad for p in self.sharded]
+        if now == self.requires_grad:
+            return False
+        self.requires_grad = now
+        for p, rg in zip(self.full, now):
+            p.requires_grad_(rg)
+            p.grad = None
+        for h in self.hooks:
+            h.remove()
+        self.hooks = []
+        return True
+
     # ---- collectives (run on the communication thread) ---------------------------------
 
     def flat_shards(self, dtype: torch.dtype) -> torch.Tensor:

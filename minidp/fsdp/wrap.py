@@ -36,6 +36,7 @@ from minidp.fsdp.root import Root
 from minidp.fsdp.unit import FSDPUnit
 
 _ATTR = "_minidp_fsdp_unit"
+_TAKEN = "_minidp_fsdp_taken_by"  # set on an original parameter once a unit owns it
 
 
 def unit_of(module: nn.Module) -> FSDPUnit | None:
@@ -59,6 +60,7 @@ def fully_shard(
             "fully_shard once per module (submodules first, then the root)"
         )
     names, params, locations = _owned_parameters(module)
+    _check_not_taken(module, names, params)
     _check_dense(module)
     dtypes = {p.dtype for p in params}
     if len(dtypes) > 1:
@@ -70,6 +72,8 @@ def fully_shard(
     _check_same_structure(module, names, params, group)
     unit = FSDPUnit(module, names, params, locations, group, reshard_after_forward, mp_policy)
     module.__dict__[_ATTR] = unit
+    for name, p in zip(names, params):  # originals a later unit may still reach: tied ones
+        setattr(p, _TAKEN, f"{type(module).__name__}.{name}")
     module.register_forward_pre_hook(_pre_forward, with_kwargs=True)
     module.register_forward_hook(_post_forward)
     return module
@@ -106,6 +110,21 @@ def _owned_parameters(module: nn.Module):
                 "give it shape (1,)"
             )
     return names, params, locations
+
+
+def _check_not_taken(module: nn.Module, names, params) -> None:
+    """A parameter tied across two units (say an embedding and a head wrapped separately)
+    would be sharded twice and silently untied. FSDP2 refuses it with this ValueError (at
+    its first forward); minidp refuses at the second ``fully_shard`` call."""
+    for name, p in zip(names, params):
+        owner = getattr(p, _TAKEN, None)
+        if owner is not None:
+            raise ValueError(
+                f"fully_shard: Parameter '{name}' of {type(module).__name__} is shared with a "
+                f"parameter already managed by another FSDP group ({owner}). Tied parameters "
+                "must be in one unit: wrap a module that holds both sides (e.g. only the "
+                "root) instead of each side"
+            )
 
 
 def _check_dense(module: nn.Module) -> None:
