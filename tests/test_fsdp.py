@@ -47,7 +47,7 @@ from test_fsdp_support import (
 import minidp
 from minidp.comm import count_traffic
 from minidp.comm import group as groups
-from minidp.fsdp import sharded_bytes, traffic
+from minidp.fsdp import shard, sharded_bytes, traffic
 from minidp.fsdp.reduce import gloo_reduce_scatter
 from minidp.launch import WorkerError, run_threads
 
@@ -106,6 +106,22 @@ def _reduce_scatter_vs_gloo(rank, world, sizes):
             if not torch.equal(got, want / world):
                 wrong.append((numel, dtype))
     return wrong
+
+
+def test_shards_are_torch_chunks_padded():
+    """Every rank's rows are ``torch.chunk``'s (FSDP2's rule), empty where chunk has none
+    (5 rows on 4 ranks: 2, 2, 1, 0), padded to the first chunk's length."""
+    for dim0 in range(0, 14):
+        full = torch.arange(dim0 * 2.0).view(dim0, 2)
+        for world in range(1, 6):
+            chunks = torch.chunk(full, world) if dim0 else ()
+            for rank in range(world):
+                want = chunks[rank] if rank < len(chunks) else full[:0]
+                assert shard.shard_length(dim0, world, rank) == len(want), (dim0, world, rank)
+                padded = shard.padded_shard(full, world, rank)
+                assert padded.shape[0] == (len(chunks[0]) if chunks else 0)
+                assert torch.equal(padded[: len(want)], want)
+                assert not padded[len(want) :].any()  # the padding is zeros
 
 
 @pytest.mark.parametrize("world", [2, 3, 4, 5])

@@ -73,6 +73,12 @@ SCENARIOS = {
     # and trainable parameters), and one Linear frozen after step 0, unfrozen after step 1
     "frozen_norms": ("adamw", None, True, 3),
     "freeze_after_wrap": ("adamw", None, True, 3),
+    # two backward() calls before each step: the shards' .grad accumulates both
+    "accumulate": ("adamw", None, True, 3),
+    "bf16_accumulate": ("adamw", torch.bfloat16, True, 3),
+    # bf16 blocks under an fp32 root: each block casts its fp32 input to bf16 itself and
+    # hands the root fp32 again (output_dtype)
+    "bf16_blocks_only": ("adamw", torch.bfloat16, True, 3),
 }
 
 
@@ -94,10 +100,10 @@ def loss_fn(model, tokens, target):
     return F.cross_entropy(model(tokens).float().flatten(0, 1), target.flatten())
 
 
-def wrap(model, shard_fn, reshard, policy, **kw):
+def wrap(model, shard_fn, reshard, policy, root_policy=None, **kw):
     for block in model.blocks:
         shard_fn(block, reshard_after_forward=reshard, mp_policy=policy, **kw)
-    shard_fn(model, mp_policy=policy, **kw)
+    shard_fn(model, mp_policy=policy if root_policy is None else root_policy, **kw)
     return model
 
 
@@ -122,8 +128,14 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
                 block.norm.requires_grad_(False)
     mesh = init_device_mesh("cpu", (world,))
     policy = {"param_dtype": param_dtype, "reduce_dtype": reduce_dtype}
-    wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(**policy), mesh=mesh)
-    wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(**policy))
+    root_policy = policy
+    if name == "bf16_blocks_only":
+        policy, root_policy = {**policy, "output_dtype": torch.float32}, {}
+    wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(**policy), mesh=mesh,
+         root_policy=MixedPrecisionPolicy(**root_policy))  # fmt: skip
+    wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(**policy),
+         root_policy=minidp.MixedPrecisionPolicy(**root_policy))  # fmt: skip
+    micro = 2 if name.endswith("accumulate") else 1
     opt_t = make_optimizer(opt_kind, theirs.parameters())
     opt_m = make_optimizer(opt_kind, ours.parameters())
     rows = []
@@ -133,7 +145,9 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
                 model.blocks[0].fc1.requires_grad_(step == 2)  # frozen for step 1 only
         for model, opt in ((theirs, opt_t), (ours, opt_m)):
             opt.zero_grad()
-            loss_fn(model, tokens, target).backward()
+            for i in range(micro):  # micro-batches: halves of the rows (one: all of them)
+                part = slice(i * len(tokens) // micro, (i + 1) * len(tokens) // micro)
+                loss_fn(model, tokens[part], target[part]).backward()
             opt.step()
         full = full_state_dict(ours)
         shards = minidp_shards(ours)

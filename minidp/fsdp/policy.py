@@ -10,8 +10,9 @@ accumulated into ``.grad``.
 :func:`reduce_dtype_for`): up to torch 2.14 the gradients' own dtype (``param_dtype``), from
 2.15 the sharded parameters' dtype (fp32 master weights: the sum is not rounded to bf16).
 
-The same fields and defaults as ``torch.distributed.fsdp.MixedPrecisionPolicy`` (minus
-``output_dtype``). Test: ``pytest tests/test_fsdp.py -k "bf16 or fp16"``
+The same fields and defaults as ``torch.distributed.fsdp.MixedPrecisionPolicy``;
+``output_dtype`` casts a unit's floating-point outputs (bf16 blocks under an fp32 root give
+the root fp32 activations). Test: ``pytest tests/test_fsdp.py -k "bf16 or fp16"``
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ class MixedPrecisionPolicy:
 
     param_dtype: torch.dtype | None = None
     reduce_dtype: torch.dtype | None = None
+    output_dtype: torch.dtype | None = None  # cast a unit's floating-point outputs to this
     cast_forward_inputs: bool = True  # cast a unit's floating-point inputs to param_dtype
 
     def __post_init__(self) -> None:
-        for field in ("param_dtype", "reduce_dtype"):
+        for field in ("param_dtype", "reduce_dtype", "output_dtype"):
             value = getattr(self, field)
             if value is not None and not (
                 isinstance(value, torch.dtype) and value.is_floating_point
@@ -63,13 +65,14 @@ def reduce_dtype_for(
     return torch.promote_types(grad_dtype, orig_dtype)
 
 
-def cast_inputs(value, dtype: torch.dtype):
-    """``value`` with every floating-point tensor in it (tuples, lists, dicts) cast to dtype."""
+def cast_floating(value, dtype: torch.dtype):
+    """``value`` with every floating-point tensor in it (tuples, lists, dicts) cast to dtype:
+    a unit's inputs (to ``param_dtype``) and its outputs (to ``output_dtype``)."""
     if isinstance(value, torch.Tensor):
         return value.to(dtype) if value.is_floating_point() else value
     if isinstance(value, (tuple, list)):
-        cast = [cast_inputs(v, dtype) for v in value]
+        cast = [cast_floating(v, dtype) for v in value]
         return type(value)(cast) if not hasattr(value, "_fields") else type(value)(*cast)
     if isinstance(value, dict):
-        return {k: cast_inputs(v, dtype) for k, v in value.items()}
+        return {k: cast_floating(v, dtype) for k, v in value.items()}
     return value

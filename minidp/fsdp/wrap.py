@@ -31,7 +31,7 @@ from torch import nn
 
 from minidp.comm import all_gather
 from minidp.comm import group as groups
-from minidp.fsdp.policy import MixedPrecisionPolicy, cast_inputs
+from minidp.fsdp.policy import MixedPrecisionPolicy, cast_floating
 from minidp.fsdp.root import Root
 from minidp.fsdp.unit import FSDPUnit
 
@@ -165,7 +165,7 @@ def _pre_forward(module, args, kwargs):
     unit.root.pre_forward(unit)
     if unit.mp.param_dtype is not None and unit.mp.cast_forward_inputs:
         dtype = unit.mp.param_dtype
-        args, kwargs = cast_inputs(args, dtype), cast_inputs(kwargs, dtype)
+        args, kwargs = cast_floating(args, dtype), cast_floating(kwargs, dtype)
     return args, kwargs
 
 
@@ -183,6 +183,8 @@ def _post_forward(module, args, output):
         for t in _tensors(output):
             if t.requires_grad:
                 t.register_hook(pre_backward)
+    if unit.mp.output_dtype is not None:  # after the hooks, like FSDP2: gradients pass the cast
+        output = cast_floating(output, unit.mp.output_dtype)
     return output
 
 
