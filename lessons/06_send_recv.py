@@ -114,9 +114,17 @@ if __name__ == "__main__":
     print(f"{'bytes':>10} {'one-way time':>14} {'bandwidth':>12}")
     for n, t in times.items():
         print(f"{n:>10} {t * 1e6:>11.1f} us {n / t / 1e9:>8.3f} GB/s")
-    alpha = times[min(times)]
-    beta = max(times) / max(times[max(times)] - alpha, 1e-12)
-    print(f"alpha (latency) ~ {alpha * 1e6:.0f} us, beta (bandwidth) ~ {beta / 1e9:.2f} GB/s")
+    small, big = min(times), max(times)
+    alpha = times[small]
+    extra = times[big] - alpha  # what the bytes cost on top of the latency
+    if extra > 0:
+        beta = (big - small) / extra
+        print(f"alpha (latency) ~ {alpha * 1e6:.0f} us, beta (bandwidth) ~ {beta / 1e9:.2f} GB/s")
+    else:  # a stalled small message (few repeats, a busy machine): no bandwidth to read
+        print(
+            f"alpha (latency) ~ {alpha * 1e6:.0f} us; beta not measurable in this run: the "
+            f"{big}-byte message took no longer than the {small}-byte one (noise)"
+        )
     print(f"measured on: {kit.machine()}")
 
 # %% [markdown]

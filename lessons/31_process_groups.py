@@ -105,8 +105,9 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # ## Checks
-# A sum of two float tensors has one addition per element: minidp's ring and gloo's
-# agree bit for bit, and both equal `x_a + x_b` computed here.
+# A sum of two float tensors has one addition per element: minidp's `all_reduce` (at
+# this size one direct exchange, `minidp/comm/direct.py`) and gloo's agree bit for bit,
+# and both equal `x_a + x_b` computed here.
 
 # %%
 if __name__ == "__main__":

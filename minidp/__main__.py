@@ -22,7 +22,7 @@ DEMOS = {
     "ddp": "one DistributedDataParallel step: hooks, buckets launching during backward",
 }
 BENCHES = {
-    "allreduce": "minidp ring vs naive vs gloo all-reduce: time, algbw, busbw, ratio",
+    "allreduce": "minidp all_reduce (auto) vs ring vs naive vs gloo: time, algbw, busbw, ratio",
     "dp": "minidp DataParallel vs torch.nn.DataParallel vs one device: step time, bytes",
     "ddp": "minidp DDP vs torch DDP (overlap, no overlap, naive) and a bucket-size sweep",
     "faults": "inject faults and bad inputs in fresh worlds: time to a clear error, leaks",

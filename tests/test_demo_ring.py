@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 
+from minidp.comm import agree
 from minidp.demo import ring
 
 
@@ -31,6 +32,20 @@ def test_record_ring_replays_the_real_run():
     }
     assert len(finished) == 4 and len({c for _, c in finished}) == 4
     assert run.data_bytes_sent == [2 * 3 * 96 // 4] * 4  # 2(n-1)/n * S
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_header_check_sentence_matches_the_measured_bytes(world):
+    # The check is all-to-all: each rank sends one 136-byte header (17 int64 fields) to
+    # every other rank. Through rank 0 and back, the ranks' byte counts would differ.
+    run = ring.record_ring(world, 8)
+    assert agree.HEADER_BYTES == 136
+    assert run.header_bytes_sent == [(world - 1) * 136] * world
+    text = "\n".join(ring.render_summary(run, ring.Style(color=False, unicode=False)))
+    peers = "the other rank" if world == 2 else f"each of the other {world - 1} ranks, all at once"
+    assert f"every rank sends its 136-byte header to {peers}: " in text
+    assert f"{world - 1}*136 = {(world - 1) * 136} bytes, one message latency" in text
+    assert "via rank 0" not in text
 
 
 @pytest.mark.parametrize("world,numel", [(2, 2), (3, 7), (5, 11)])

@@ -16,7 +16,7 @@ working directory or install path. ``MINIDP_DEBUG`` takes torch's values, ``OFF`
 at import, as a typo must not silently turn the checks off. That catches what equal shapes hide — a
 rank that skipped a collective, or two same-shaped all-reduces called in a different order
 — which would otherwise pair up silently and return wrong sums. It costs a stack walk per
-call; ``python -m minidp bench allreduce`` measures it.
+call; ``python -m minidp bench faults`` measures it (its last table).
 
 The exchange is all-to-all on a few bytes: every rank sends its 136-byte header to every
 other rank, all receives posted first — *one* message latency (through rank 0 and back, as
@@ -62,6 +62,7 @@ _DTYPES = ops.DTYPES + (torch.bool, torch.complex64, torch.complex128)
 _MAX_DIMS = 8
 _CHECKED = 6 + _MAX_DIMS  # checked-mode fields start here: flag, sequence number, call site
 _HEADER = _CHECKED + 3  # kind, numel, dtype, op, extra, ndim, dims..., flag, seq, site
+HEADER_BYTES = _HEADER * 8  # one int64 per field: 136 bytes from each rank to each other rank
 HEADER_TAG = 1 << 30  # header messages never match data messages (those use small tags)
 DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")  # TORCH_DISTRIBUTED_DEBUG's values
 

@@ -1,4 +1,4 @@
-"""Broadcast, all-gather, reduce-scatter, barrier — and ``all_reduce`` choosing a ring or a server.
+"""Broadcast, all-gather, reduce-scatter, barrier — and ``all_reduce``, which picks its algorithm.
 
 All built from ``p2p`` send/recv; signatures mirror ``torch.distributed``. Each call
 first runs the cross-rank header check (``agree.py``), so mismatched calls raise on every
@@ -9,7 +9,10 @@ rank instead of hanging.
   global rank, as in torch (``group_src`` a rank within the group).
 * ``all_gather`` and ``reduce_scatter``: one trip round the ring (``ring.ring_pass``), the
   two halves of ring all-reduce on their own.
-* ``barrier``: the header exchange alone — nobody leaves before rank 0 heard from all.
+* ``barrier``: the header exchange alone — all-to-all, so no rank leaves before it has
+  heard from every other.
+* ``all_reduce``: "auto" by default — one direct exchange up to 256 KiB (``direct.py``),
+  the ring above; "ring", "direct", "naive" (parameter server) or "textbook" on request.
 
 Test: ``pytest tests/test_collectives.py``
 """

@@ -13,7 +13,7 @@ Counters are per thread, so in a thread world each rank-thread counts its own tr
 Counting is a few integer additions per message; nothing is recorded when no counter is
 open.
 
-Test: ``pytest tests/test_traffic.py``
+Test: ``pytest tests/test_collectives.py -k traffic``
 """
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ class GradBucket:
 
 
 def all_reduce_future(tensor: torch.Tensor, group=None) -> torch.futures.Future:
-    """Sum ``tensor`` over the group in place (minidp ring); return a completed Future."""
+    """Sum ``tensor`` over the group in place (``minidp.comm.all_reduce``: one exchange up to
+    256 KiB, else the ring); return a completed Future."""
     all_reduce(tensor, "sum", group)
     fut: torch.futures.Future = torch.futures.Future()
     fut.set_result(tensor)

@@ -13,7 +13,7 @@ Use::
     minidp.ddp.allreduce_gradients(model)     # now every .grad is the average
     optimizer.step()
 
-Test: ``pytest tests/test_ddp_misc.py -k allreduce_gradients``
+Test: ``pytest tests/test_ddp.py -k allreduce_gradients``
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from torch import nn
 
 import minidp
 from minidp import trace
+from minidp.comm.direct import SMALL_BYTES
 from minidp.launch import ProcessWorld
 
 
@@ -192,8 +193,17 @@ def main(argv: list[str] | None = None) -> int:
     mean = torch.stack([o["local_grad"] for o in res]).mean(0)
     same = all(torch.equal(o["avg_grad"], res[0]["avg_grad"]) for o in res)
     print(f"   identical on every rank: {same}; mean of the locals: {_fmt(mean)}")
+    # all_reduce's "auto" picks its path by size: say which one these buckets took
+    big = [sum(n for _, _, n in b) > SMALL_BYTES for b in res[0]["layout2"]]
+    kib = SMALL_BYTES // 1024
+    if all(big):
+        via = f"round the ring: every bucket is over {kib} KiB"
+    elif not any(big):
+        via = f"in one direct exchange: no bucket is over {kib} KiB"
+    else:
+        via = f"round the ring if over {kib} KiB, else in one direct exchange"
     print("   (each gradient is multiplied by 1/world_size while copied into its bucket,")
-    print("   then the bucket is summed round the ring)")
+    print(f"   then the bucket is summed {via})")
 
     equal = [all(o["equal"]) for o in res]
     print("\n5. parity: the same 2 steps through torch.nn.parallel.DistributedDataParallel;")

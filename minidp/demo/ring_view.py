@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from minidp.comm.agree import HEADER_BYTES
 from minidp.demo.ring_run import REDUCE_SCATTER, RingRun, Step, digits_per_rank
 
 
@@ -167,10 +168,16 @@ def render_summary(run: RingRun, style: Style) -> list[str]:
         f"  chunks per rank = 2(n-1)/n {style.dot} S = 2*{n - 1}/{n} * {s} = {expect:g} bytes, "
         "nearly flat in n: the ring's point"
     )
-    lines.append(
+    # The protocol in words, sized from agree.py: tests/test_demo_ring.py checks that they
+    # add up to the header bytes measured above, so they cannot outlive a protocol change.
+    h = HEADER_BYTES
+    peers = "the other rank" if n == 2 else f"each of the other {n - 1} ranks, all at once"
+    lines += [
         "  (header check: before any collective, minidp checks that every rank called the same"
-        f" one {style.dash} a few bytes via rank 0)"
-    )
+        f" one {style.dash}",
+        f"   every rank sends its {h}-byte header to {peers}: "
+        f"{n - 1}*{h} = {(n - 1) * h} bytes, one message latency)",
+    ]
     ok = run.equal
     verdict = style.done("torch.equal: True on every rank") if ok else "torch.equal: FALSE"
     lines += [

@@ -21,7 +21,9 @@ from minidp.diagrams.common import pyplot, save_figure
 from minidp.diagrams.workloads import ddp_steps, mlp, rank_data
 
 SWEEP_CAPS_MB = (0.1, 0.5, 1.0, 2.0, 4.0, 8.0, 25.0)
-SWEEP_MODEL = (256, 24)  # width, depth: 24 weights of 256 KiB, ~6.4 MB of gradients
+# width, depth: 24 hidden layers, 23 of them 256 -> 256 (256 KiB weights); 1.52 M
+# parameters, 6.1 MB of gradients
+SWEEP_MODEL = (256, 24)
 
 
 def _sweep_rank(rank: int, world: int, caps: tuple, steps: int, rounds: int) -> dict:
@@ -96,10 +98,12 @@ def draw(out: Path, quick: bool = False) -> Path:
     ax.margins(y=0.15)  # room for the bucket counts above the highest points
     ax.set_xlabel("bucket_cap_mb (log scale; 25 is the default)")
     ax.set_ylabel("median ms per training step")
+    with torch.random.fork_rng(devices=[]):  # mlp() reseeds torch: keep the caller's RNG
+        params = sum(p.numel() for p in mlp(*SWEEP_MODEL).parameters())  # counted, not typed
     ax.set_title(
         f"Bucket size sweep: 2 rank processes, MLP of {SWEEP_MODEL[1]} layers x {SWEEP_MODEL[0]} "
-        "(1.6M parameters), gloo on loopback\nrounds take turns over the settings; median of "
-        "the rounds, bars min-max; bucket counts above",
+        f"({params / 1e6:.1f}M parameters), gloo on loopback\nrounds take turns over the "
+        "settings; median of the rounds, bars min-max; bucket counts above",
         fontsize=10,
     )
     ax.grid(alpha=0.3)

@@ -8,7 +8,7 @@ catch that, so ``python -m minidp exercise check`` runs the checker in a child p
 (``--in-process``), streams its output, and when the child is aborted explains what
 happened after the case line it was running.
 
-Test: ``pytest tests/test_exercises.py -k aborted``
+Test: ``pytest tests/test_exercises.py -k abort``
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The learner's function cannot be pickled (its module is loaded from a path), so 
 process loads the file itself and finds the exercise in the catalogue by name. A rank's
 line is not known for a stuck process; the report names the ranks still running.
 
-Test: ``pytest tests/test_exercises.py -k processes``
+Test: ``pytest tests/test_exercises_dp_ddp.py``
 """
 
 from __future__ import annotations

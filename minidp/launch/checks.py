@@ -9,7 +9,7 @@
 * the rank function must be importable by a fresh process: one defined in ``python -c``,
   on stdin or in a notebook cell lives only in this interpreter.
 
-Test: ``pytest tests/test_launch_checks.py``
+Test: ``pytest tests/test_reliability_launch.py``
 """
 
 from __future__ import annotations
