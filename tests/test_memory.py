@@ -17,6 +17,10 @@ Run: ``pytest tests/test_memory.py``
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import pytest
 import torch
 from test_zero_support import TinyLM, Wide, memory_by_stage
@@ -144,6 +148,11 @@ def test_planner_cli(capsys):
         ({"optimizer": "lion"}, r"expected an optimizer in \['adam', .*got 'lion'"),
         ({"precision": "fp8"}, r"expected a precision in .*got 'fp8'"),
         ({"trainable": 1.5}, r"fraction in \[0, 1\], got 1.5"),
+        # inf/nan pass "> 0" / ">= 0" comparisons (or fail them with a misleading message)
+        ({"params": float("inf")}, r"expected params to be a finite number, got inf\. Hint"),
+        ({"gpu_gib": float("inf")}, r"expected gpu_gib to be a finite number, got inf"),
+        ({"activations_gib": float("nan")}, r"expected activations_gib .*finite.*got nan"),
+        ({"trainable": float("nan")}, r"expected trainable to be a finite number, got nan"),
     ],
 )
 def test_planner_bad_input(kwargs, pattern):
@@ -156,6 +165,67 @@ def test_planner_cli_bad_input(capsys):
     with pytest.raises(SystemExit):
         plan.main(["--params", "1e9", "--gpus", "0"])
     assert "expected gpus to be an integer >= 1, got 0" in capsys.readouterr().err
+
+
+# What each flag must say: what it expected, and a hint (argparse adds "argument --flag: "
+# and "got '<the text typed>'"). Before: inf/nan printed a table of inf/nan with a verdict.
+EXPECTED = {
+    "--params": r"a finite parameter count > 0 \(e\.g\. 14\.7e9\), got '{}'\. Hint: .*--model",
+    "--gpu-gib": r"a finite memory per GPU in GiB > 0 \(e\.g\. 80\), got '{}'\. Hint: .*80 GiB",
+    "--activations-gib": r"a finite activation memory per GPU in GiB >= 0 .*, got '{}'\. Hint: ",
+    "--trainable": r"a finite fraction in \[0, 1\], got '{}'\. Hint: 1 trains every",
+}
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        (flag, value)
+        for flag in EXPECTED
+        for value in ("inf", "nan", "-inf", "1e999")  # 1e999: float() reads it as inf
+    ]
+    + [
+        ("--params", "-1e9"),  # negatives make no sense for any of them ...
+        ("--params", "0"),  # ... nor zero for a count or a GPU's memory
+        ("--gpu-gib", "-80"),
+        ("--gpu-gib", "0"),
+        ("--activations-gib", "-3"),
+        ("--trainable", "1.5"),
+        ("--params", "lots"),  # not a number at all: the same message
+    ],
+)
+def test_planner_cli_refuses_non_finite_and_negative_numbers(capsys, flag, value):
+    # "--flag=value": argparse reads a lone "-inf" or "-1e9" as an option, not a value
+    argv = {"--params": "1e9", "--gpus": "2"} | {flag: value}
+    with pytest.raises(SystemExit) as exit_:
+        plan.main([f"{k}={v}" for k, v in argv.items()])
+    assert exit_.value.code == 2  # argparse's usage error, before any table is printed
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no table of inf/nan, no verdict
+    pattern = rf"minidp memory: error: argument {flag}: expected " + EXPECTED[flag].format(
+        re.escape(value)
+    )
+    assert re.search(pattern, captured.err), captured.err
+
+
+def test_planner_cli_accepts_the_edges(capsys):
+    # 0 is a real value for activations (none) and trainable (all frozen); tiny sizes are fine
+    argv = ["--params", "1e3", "--gpu-gib", "1e-3", "--activations-gib", "0", "--trainable", "0"]
+    assert plan.main(argv) == 0
+    assert "DDP (replicated)" in capsys.readouterr().out
+
+
+def test_minidp_memory_refuses_inf_from_the_command_line():
+    # The real command, as a user types it: exit status 2 and the message on stderr.
+    done = subprocess.run(
+        [sys.executable, "-m", "minidp", "memory", "--params", "inf"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert re.search(r"argument --params: expected a finite .*got 'inf'\. Hint", done.stderr)
+    assert done.stdout == ""
 
 
 @pytest.mark.slow

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+from collections.abc import Callable
 
 GIB = 1024**3
 STAGES = ("ddp", "zero1", "zero2", "fsdp")
@@ -131,6 +133,19 @@ def plan(
 
 
 def _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_gib) -> None:
+    # inf/nan first: they slip through the range checks below (inf > 0, nan < 0 is False)
+    # and would print a table of inf/nan with a verdict on it.
+    for name, value in (
+        ("params", params),
+        ("gpu_gib", gpu_gib),
+        ("trainable", trainable),
+        ("activations_gib", activations_gib),
+    ):
+        if not math.isfinite(value):
+            raise ValueError(
+                f"plan: expected {name} to be a finite number, got {value!r}. Hint: a memory "
+                "plan needs real sizes; pass the figure itself (e.g. params=14.7e9, gpu_gib=80)."
+            )
     if not params > 0:
         raise ValueError(f"plan: expected a positive parameter count, got {params!r}")
     if not (isinstance(gpus, int) and gpus >= 1):
@@ -166,22 +181,83 @@ def format_plan(rows: list[Row], params: float, gpus: int, label: str, extra: st
     return "\n".join(out)
 
 
+def _number(
+    what: str, hint: str, *, positive: bool = False, at_most: float | None = None
+) -> Callable[[str], float]:
+    """An argparse ``type``: a finite float >= 0 (> 0 if ``positive``, <= ``at_most`` if
+    given), else an error saying what was expected, what was given, and how to fix it.
+
+    argparse prefixes the flag ("argument --params: ...") and exits with status 2.
+    """
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan  # refused below, with the same message
+        ok = (
+            math.isfinite(value)  # float() happily reads "inf", "nan" and "1e999" (-> inf)
+            and (value > 0 if positive else value >= 0)
+            and (at_most is None or value <= at_most)
+        )
+        if not ok:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}. Hint: {hint}")
+        return value
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="minidp memory",
         description="Model-state memory per GPU for DDP, ZeRO-1, ZeRO-2 and FSDP (ZeRO paper).",
     )
     what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument("--params", type=float, help="number of parameters, e.g. 14.7e9")
+    # Every number is checked as it is parsed: float() happily reads "inf" and "nan", which
+    # would otherwise come out as a table of inf/nan with a fits/NO verdict on it.
+    what.add_argument(
+        "--params",
+        type=_number(
+            "a finite parameter count > 0 (e.g. 14.7e9)",
+            "pass the model's total parameter count, or --model NAME for a preset.",
+            positive=True,
+        ),
+        help="number of parameters, e.g. 14.7e9",
+    )
     what.add_argument("--model", choices=sorted(MODELS), help="a preset (published counts)")
     parser.add_argument("--gpus", type=int, default=1, help="data-parallel GPUs (default 1)")
-    parser.add_argument("--gpu-gib", type=float, default=80.0, help="memory per GPU (default 80)")
+    parser.add_argument(
+        "--gpu-gib",
+        type=_number(
+            "a finite memory per GPU in GiB > 0 (e.g. 80)",
+            "pass one GPU's memory, e.g. --gpu-gib 80 for an 80 GiB H100.",
+            positive=True,
+        ),
+        default=80.0,
+        help="memory per GPU (default 80)",
+    )
     parser.add_argument("--optimizer", choices=sorted(MOMENTS), default="adamw")
     parser.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16-mixed")
     parser.add_argument(
-        "--trainable", type=float, default=1.0, help="fraction of parameters trained (0: frozen)"
+        "--trainable",
+        type=_number(
+            "a finite fraction in [0, 1]",
+            "1 trains every parameter, 0 freezes them all, 0.1 trains a tenth.",
+            at_most=1.0,
+        ),
+        default=1.0,
+        help="fraction of parameters trained (0: frozen)",
     )
-    parser.add_argument("--activations-gib", type=float, default=0.0, help="per GPU, if known")
+    parser.add_argument(
+        "--activations-gib",
+        type=_number(
+            "a finite activation memory per GPU in GiB >= 0 (e.g. 3.5)",
+            "pass a measured peak (torch.cuda.max_memory_allocated() minus the model states), "
+            "or leave the flag out to plan the model states alone.",
+        ),
+        default=0.0,
+        help="per GPU, if known",
+    )
     args = parser.parse_args(argv)
     params = MODELS[args.model] if args.model else args.params
     try:
