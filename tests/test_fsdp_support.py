@@ -76,6 +76,10 @@ SCENARIOS = {
     # two backward() calls before each step: the shards' .grad accumulates both
     "accumulate": ("adamw", None, True, 3),
     "bf16_accumulate": ("adamw", torch.bfloat16, True, 3),
+    # torch.nn.utils.clip_grad_norm_ on the shards: the global norm on every rank; the
+    # second also accumulates two micro-batches and clips by the max-norm (inf)
+    "clip": ("adamw", None, True, 3),
+    "clip_inf_accumulate": ("adamw", None, True, 3),
     # bf16 blocks under an fp32 root: each block casts its fp32 input to bf16 itself and
     # hands the root fp32 again (output_dtype)
     "bf16_blocks_only": ("adamw", torch.bfloat16, True, 3),
@@ -136,6 +140,8 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
     wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(**policy),
          root_policy=minidp.MixedPrecisionPolicy(**root_policy))  # fmt: skip
     micro = 2 if name.endswith("accumulate") else 1
+    clip = {"clip": 2.0, "clip_inf_accumulate": float("inf")}.get(name)
+    norms: dict[bool, torch.Tensor] = {}  # is FSDP2's -> this step's total norm
     opt_t = make_optimizer(opt_kind, theirs.parameters())
     opt_m = make_optimizer(opt_kind, ours.parameters())
     rows = []
@@ -148,7 +154,12 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
             for i in range(micro):  # micro-batches: halves of the rows (one: all of them)
                 part = slice(i * len(tokens) // micro, (i + 1) * len(tokens) // micro)
                 loss_fn(model, tokens[part], target[part]).backward()
+            if clip is not None:  # max_norm below the norms seen: every step clips
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5, norm_type=clip)
+                norms[model is theirs] = norm.full_tensor() if model is theirs else norm
             opt.step()
+        if clip is not None:
+            rows.append((step, "total norm", "clip", _diff(norms[False], norms[True])))
         full = full_state_dict(ours)
         shards = minidp_shards(ours)
         for n, p in theirs.named_parameters():

@@ -30,6 +30,7 @@ from torch import nn
 
 from minidp.comm import all_gather
 from minidp.fsdp import shard
+from minidp.fsdp.grad import ShardedGrad
 from minidp.fsdp.policy import MixedPrecisionPolicy, reduce_dtype_for
 from minidp.fsdp.reduce import gloo_reduce_scatter
 
@@ -164,7 +165,7 @@ class FSDPUnit:
             width = rows * math.prod(full_shape[1:])
             grad = flat[offset : offset + width].view(rows, *full_shape[1:])[: param.shape[0]]
             offset += width
-            if param.grad is None:
-                param.grad = grad
+            if param.grad is None:  # global norms over it, for clip_grad_norm_ (grad.py)
+                param.grad = ShardedGrad.wrap(grad, self.group)
             else:
                 param.grad += grad
