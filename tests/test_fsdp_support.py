@@ -80,6 +80,9 @@ SCENARIOS = {
     # second also accumulates two micro-batches and clips by the max-norm (inf)
     "clip": ("adamw", None, True, 3),
     "clip_inf_accumulate": ("adamw", None, True, 3),
+    # only the blocks wrapped: the root's parameters belong to no unit (whole on each rank,
+    # not reduced, in FSDP2 too); the full state dict holds them as they are
+    "root_unwrapped": ("adamw", None, True, 2),
     # bf16 blocks under an fp32 root: each block casts its fp32 input to bf16 itself and
     # hands the root fp32 again (output_dtype)
     "bf16_blocks_only": ("adamw", torch.bfloat16, True, 3),
@@ -104,10 +107,11 @@ def loss_fn(model, tokens, target):
     return F.cross_entropy(model(tokens).float().flatten(0, 1), target.flatten())
 
 
-def wrap(model, shard_fn, reshard, policy, root_policy=None, **kw):
+def wrap(model, shard_fn, reshard, policy, root_policy=None, wrap_root=True, **kw):
     for block in model.blocks:
         shard_fn(block, reshard_after_forward=reshard, mp_policy=policy, **kw)
-    shard_fn(model, mp_policy=policy if root_policy is None else root_policy, **kw)
+    if wrap_root:
+        shard_fn(model, mp_policy=policy if root_policy is None else root_policy, **kw)
     return model
 
 
@@ -135,10 +139,11 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
     root_policy = policy
     if name == "bf16_blocks_only":
         policy, root_policy = {**policy, "output_dtype": torch.float32}, {}
+    root = name != "root_unwrapped"
     wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(**policy), mesh=mesh,
-         root_policy=MixedPrecisionPolicy(**root_policy))  # fmt: skip
+         root_policy=MixedPrecisionPolicy(**root_policy), wrap_root=root)  # fmt: skip
     wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(**policy),
-         root_policy=minidp.MixedPrecisionPolicy(**root_policy))  # fmt: skip
+         root_policy=minidp.MixedPrecisionPolicy(**root_policy), wrap_root=root)  # fmt: skip
     micro = 2 if name.endswith("accumulate") else 1
     clip = {"clip": 2.0, "clip_inf_accumulate": float("inf")}.get(name)
     norms: dict[bool, torch.Tensor] = {}  # is FSDP2's -> this step's total norm
@@ -163,12 +168,17 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
         full = full_state_dict(ours)
         shards = minidp_shards(ours)
         for n, p in theirs.named_parameters():
-            rows.append((step, n, "full", _diff(full[n], p.full_tensor())))
+            whole = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()  # no unit's
+            rows.append((step, n, "full", _diff(full[n], whole)))
             mine, grad = shards[n]
-            rows.append((step, n, "shard", _diff(mine, p.to_local())))
-            want = None if p.grad is None else p.grad.to_local()  # None: frozen
-            rows.append((step, n, "grad", _diff(grad, want)))
+            rows.append((step, n, "shard", _diff(mine, _local(p.detach()))))
+            rows.append((step, n, "grad", _diff(_local(grad), _local(p.grad))))
     return rows
+
+
+def _local(t: torch.Tensor | None) -> torch.Tensor | None:
+    """This rank's plain tensor: a DTensor's or ShardedGrad's local part; None stays None."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def _diff(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
@@ -197,13 +207,18 @@ def round_trip(rank: int, world: int) -> dict[str, bool]:
     from_full = wrap(TinyLM(), minidp.fully_shard, True, None)
     load_full_state_dict(from_full, full_state_dict(model))
     want = full_state_dict(model)
+    torch.manual_seed(3)  # only the blocks are units: the root's parameters are loaded whole
+    blocks_only = wrap(TinyLM(), minidp.fully_shard, True, None, wrap_root=False)
+    load_full_state_dict(blocks_only, want)
     tokens = batches(rank, 1)[0][0]
     with torch.no_grad():
         out = model(tokens)
+        loaded = (sharded, from_full, blocks_only)
         return {
             "sharded_state_dict": _same(full_state_dict(sharded), want),
             "full_state_dict": _same(full_state_dict(from_full), want),
-            "same_output": all(torch.equal(m(tokens), out) for m in (sharded, from_full)),
+            "blocks_only": _same(full_state_dict(blocks_only), want),
+            "same_output": all(torch.equal(m(tokens), out) for m in loaded),
             "keys": list(want) == [n for n, _ in model.named_parameters()],
         }
 

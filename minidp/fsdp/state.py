@@ -44,7 +44,10 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     for prefix, unit in _units(model):
         for name, full in zip(unit.names, unit.gather_full(unit.dtype)):
             gathered[prefix + name] = full
-    out = {name: gathered[name] for name, _ in model.named_parameters()}  # model's order
+    out = {  # the model's order; a parameter no unit owns is whole on every rank already
+        name: gathered[name] if name in gathered else p.detach().clone()
+        for name, p in model.named_parameters()
+    }
     for name, buf in model.named_buffers():
         out[name] = buf.detach().clone()
     return out
@@ -53,23 +56,32 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 @torch.no_grad()
 def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Copy this rank's chunk of every full parameter (and every buffer) from ``state``."""
+    sharded = set()
     for prefix, unit in _units(model):
         for name, padded, shape in zip(unit.names, unit.padded, unit.shapes):
             key = prefix + name
-            if key not in state:
-                raise KeyError(
-                    f"load_full_state_dict: {key!r} is missing; the state has "
-                    f"{sorted(state)[:8]}... — save it with minidp.fsdp.full_state_dict"
-                )
-            if state[key].shape != shape:
-                raise ValueError(
-                    f"load_full_state_dict: {key} is {tuple(state[key].shape)} in the state "
-                    f"but {tuple(shape)} in the model"
-                )
-            padded.copy_(shard.padded_shard(state[key], unit.world, unit.rank))
+            padded.copy_(shard.padded_shard(_get(state, key, shape), unit.world, unit.rank))
+            sharded.add(key)
+    for name, p in model.named_parameters():  # parameters no unit owns: whole everywhere
+        if name not in sharded:
+            p.copy_(_get(state, name, p.shape))
     for name, buf in model.named_buffers():
         if name in state:
             buf.copy_(state[name])
+
+
+def _get(state: dict[str, torch.Tensor], key: str, shape: torch.Size) -> torch.Tensor:
+    if key not in state:
+        raise KeyError(
+            f"load_full_state_dict: {key!r} is missing; the state has "
+            f"{sorted(state)[:8]}... — save it with minidp.fsdp.full_state_dict"
+        )
+    if state[key].shape != shape:
+        raise ValueError(
+            f"load_full_state_dict: {key} is {tuple(state[key].shape)} in the state "
+            f"but {tuple(shape)} in the model"
+        )
+    return state[key]
 
 
 def traffic(model: nn.Module) -> Traffic:

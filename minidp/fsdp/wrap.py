@@ -37,6 +37,7 @@ from minidp.fsdp.unit import FSDPUnit
 
 _ATTR = "_minidp_fsdp_unit"
 _TAKEN = "_minidp_fsdp_taken_by"  # set on an original parameter once a unit owns it
+_SHARDED_BY = "_minidp_fsdp_sharded_by"  # set on the shards a unit installs on its modules
 
 
 def unit_of(module: nn.Module) -> FSDPUnit | None:
@@ -74,6 +75,8 @@ def fully_shard(
     module.__dict__[_ATTR] = unit
     for name, p in zip(names, params):  # originals a later unit may still reach: tied ones
         setattr(p, _TAKEN, f"{type(module).__name__}.{name}")
+    for p in unit.sharded:  # a later fully_shard on a submodule would find these
+        setattr(p, _SHARDED_BY, type(module).__name__)
     module.register_forward_pre_hook(_pre_forward, with_kwargs=True)
     module.register_forward_hook(_post_forward)
     return module
@@ -117,6 +120,13 @@ def _check_not_taken(module: nn.Module, names, params) -> None:
     would be sharded twice and silently untied. FSDP2 refuses it with this ValueError (at
     its first forward); minidp refuses at the second ``fully_shard`` call."""
     for name, p in zip(names, params):
+        parent = getattr(p, _SHARDED_BY, None)
+        if parent is not None:  # torch refuses this call too (a TypeError from inside)
+            raise ValueError(
+                f"fully_shard: {type(module).__name__}'s parameter '{name}' is already a shard "
+                f"of an enclosing unit ({parent}): wrap the submodules first, then the root "
+                "(for block in model.blocks: fully_shard(block); then fully_shard(model))"
+            )
         owner = getattr(p, _TAKEN, None)
         if owner is not None:
             raise ValueError(
