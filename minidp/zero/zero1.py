@@ -14,6 +14,12 @@ owns (``partition.partition_parameters``, torch's rule), steps them, and then ea
 broadcasts its updated parameters — one flat message per owner — so every replica is
 whole again before the next forward.
 
+The interface is torch's: ``(params, optimizer_class, process_group=None,
+parameters_as_bucket_view=False, overlap_with_ddp=False, **defaults)``; ``step(closure,
+**kwargs)`` hands the extra keyword arguments to the local optimizer; and the optimizer is a
+``torch.distributed.algorithms.Joinable``, so ``Join([ddp_model, opt])`` trains on uneven
+inputs. ``overlap_with_ddp=True`` (stepping inside DDP's communication hook) is refused.
+
 Against torch (``tests/test_zero.py``): after every step every parameter is ``torch.equal``
 to torch's ``ZeroRedundancyOptimizer`` + torch DDP, at 2, 3 and 4 ranks: the gradient is
 DDP's (bit-exact), the owner runs the same optimizer code on the same tensors, and a
@@ -21,7 +27,8 @@ broadcast copies bits. Communication per step: DDP's all-reduce plus ``(W-1)/W``
 parameters sent per rank on average — torch's layout, 1.5x DDP; ZeRO-2
 (``zero2.py``) needs only DDP's volume.
 
-Run: ``python lessons/19_zero1.py``; test: ``pytest tests/test_zero.py``
+Run: ``python lessons/19_zero1.py``; test: ``pytest tests/test_zero.py
+tests/test_zero1_interface.py tests/test_zero1_join.py``
 """
 
 from __future__ import annotations
@@ -31,44 +38,61 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
 from minidp.comm import broadcast
 from minidp.comm import group as groups
 from minidp.zero import checks
+from minidp.zero.bucket_view import build_buckets, trainable_mask
 from minidp.zero.objects import broadcast_object
 from minidp.zero.partition import partition_parameters
+from minidp.zero.zero1_args import check_no_overlap, param_list
 
 WHO = "ZeroRedundancyOptimizer"
 
 
-class ZeroRedundancyOptimizer(torch.optim.Optimizer):
+class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
     """Shard ``optimizer_class``'s state across the ranks of ``process_group`` (ZeRO-1).
 
     Args:
-        params: parameters or parameter groups, the same on every rank.
+        params: parameters or parameter groups (an iterable), the same on every rank.
         optimizer_class: e.g. ``torch.optim.AdamW``; built on this rank's share only.
         process_group: the data-parallel group; ``None``: the current/default group.
+        parameters_as_bucket_view: keep each owner's parameters as views of one flat
+            tensor, broadcast in place (``bucket_view.py``); ``p.data`` changes memory.
+        overlap_with_ddp: only ``False``; ``True`` raises (``zero1_args.check_no_overlap``).
         **defaults: the optimizer's options (``lr=...``).
 
     Attributes:
         optim: the local optimizer (this rank's parameters and state).
     """
 
-    def __init__(self, params: Iterable, optimizer_class: type, *, process_group=None, **defaults):
-        checks.check_optimizer_class(WHO, optimizer_class)
-        params = list(params)
-        if not params:
-            raise ValueError(f"{WHO}: expected at least one parameter, got an empty list")
+    def __init__(
+        self,
+        params: Iterable,
+        optimizer_class: type[torch.optim.Optimizer],
+        process_group: Any = None,
+        parameters_as_bucket_view: bool = False,
+        overlap_with_ddp: bool = False,
+        **defaults: Any,
+    ) -> None:
+        checks.check_optimizer_class(WHO, optimizer_class)  # a refusal leaves params unread
+        params = param_list(WHO, params)
+        check_no_overlap(WHO, overlap_with_ddp)
         self._initialized = False
         super().__init__(params, defaults)
+        Joinable.__init__(self)  # the join config: off until a Join context sets it
         checks.check_dense(WHO, self._all_params())
         self.process_group = groups.resolve(process_group)
         self.rank, self.world_size = self.process_group.rank(), self.process_group.size()
         checks.verify_same_parameters(WHO, self.process_group, self._param_lists())
         self._optimizer_class, self._defaults = optimizer_class, defaults
+        self.parameters_as_bucket_view = bool(parameters_as_bucket_view)
+        self._buckets: list[tuple[int, torch.Tensor]] = []  # (owner, flat bucket), if views
         self._partition()
         self.optim = optimizer_class(self._partitions[self.rank], **defaults)
         _copy_options(self.optim.param_groups, self.param_groups)  # the class's own defaults
+        self._build_buckets()
         self._all_state_dicts: list[dict] = []
         self._initialized = True
 
@@ -97,11 +121,24 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         if self._initialized:
             self._partition()
             self.optim.add_param_group(self._partitions[self.rank][-1])
+            self._build_buckets()  # the new parameters join their owners' buckets
+
+    def _build_buckets(self) -> None:
+        """With ``parameters_as_bucket_view``: (re)point the parameters into flat buckets."""
+        if self.parameters_as_bucket_view:
+            owned = [self.owned_parameters(r) for r in range(self.world_size)]
+            self._buckets = build_buckets(owned)
+        self._trainable = trainable_mask(self._all_params())
 
     # -- the step ---------------------------------------------------------------------
     @torch.no_grad()
-    def step(self, closure: Callable | None = None) -> Any:
-        """Step this rank's share with the local optimizer, then broadcast every share."""
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        """Step this rank's share with the local optimizer, then broadcast every share.
+
+        ``kwargs`` go to the local optimizer's ``step`` unchanged, as in torch.
+        """
+        # Under Join: "I am still training" (a no-op unless this is the first joinable).
+        Join.notify_join_context(self)
         if _fingerprint(self.param_groups) != self._layout:
             raise RuntimeError(
                 f"{WHO}: expected the parameter groups built at construction, but they were "
@@ -110,18 +147,24 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
                 "build a new optimizer"
             )
         checks.check_dense_grads(WHO, self._all_params())
+        if trainable_mask(self._all_params()) != self._trainable:
+            self._build_buckets()  # a frozen parameter must leave its bucket (and vice versa)
         _copy_options(self.param_groups, self.optim.param_groups)  # e.g. an LR scheduler's lr
         if closure is None:
-            loss = self.optim.step()
+            loss = self.optim.step(**kwargs)
         else:
             with torch.enable_grad():
-                loss = self.optim.step(closure)
+                loss = self.optim.step(closure=closure, **kwargs)
         _copy_options(self.optim.param_groups, self.param_groups)
         self._broadcast_shards()
         return loss
 
     def _broadcast_shards(self) -> None:
         """Each owner sends its updated parameters to all: one flat broadcast per owner."""
+        if self.parameters_as_bucket_view:  # the parameters alias the buckets: no copies
+            for owner, bucket in self._buckets:
+                broadcast(bucket, group=self.process_group, group_src=owner)
+            return
         for owner in range(self.world_size):
             params = [p for p in self.owned_parameters(owner) if p.requires_grad]
             if not params:
@@ -133,6 +176,21 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
                 for p in params:
                     p.copy_(flat[offset : offset + p.numel()].view_as(p))
                     offset += p.numel()
+
+    # -- uneven inputs: torch's Join ----------------------------------------------------
+    def join_hook(self, **kwargs: Any) -> JoinHook:
+        """The hook ``Join`` runs on a rank that ran out of inputs (no options, like torch)."""
+        return _ZeroJoinHook(self)
+
+    @property
+    def join_device(self) -> torch.device:
+        """Where Join's own "still training?" all-reduces run: the parameters' device."""
+        return self._all_params()[0].device
+
+    @property
+    def join_process_group(self) -> Any:
+        """The group Join counts the ranks still training in: this optimizer's."""
+        return self.process_group
 
     # -- checkpoints --------------------------------------------------------------------
     def consolidate_state_dict(self, to: int = 0) -> None:
@@ -190,6 +248,23 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             entry["params"] = [local_index[p] for p in local["params"]]
             local_groups.append(entry)
         self.optim.load_state_dict({"state": state, "param_groups": local_groups})
+
+
+class _ZeroJoinHook(JoinHook):
+    """A joined rank still takes part in every step of the ranks still training.
+
+    Their ``step`` broadcasts every owner's shard, the joined rank's included, so the
+    joined rank must step and broadcast too. Like torch's hook it runs a full ``step()``:
+    its shard is updated with the gradients it still holds (those of its last batch, or
+    none), not the others' — torch's behaviour, kept so the bits match.
+    """
+
+    def __init__(self, zero: ZeroRedundancyOptimizer) -> None:
+        super().__init__()
+        self.zero = zero
+
+    def main_hook(self) -> None:
+        self.zero.step()
 
 
 def _copy_options(src: list[dict], dst: list[dict]) -> None:
