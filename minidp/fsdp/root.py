@@ -21,6 +21,7 @@ Test: ``pytest tests/test_fsdp.py``
 
 from __future__ import annotations
 
+import weakref
 from concurrent.futures import Future
 
 import torch
@@ -90,10 +91,17 @@ class Root:
         self._note_peak()
 
     def _count_grads(self, unit) -> None:
-        """Hook the full parameters that require grad (once they exist): each arrival counts."""
+        """Hook the full parameters that require grad (once they exist): each arrival counts.
+
+        The hooks hold the root and the unit *weakly*: a tensor keeps its hooks in C++, where
+        Python's garbage collector cannot see them, so a strong reference from a hook back
+        to the root would make the model -> unit -> parameter -> hook -> root cycle
+        uncollectable (and keep the root's communication thread alive) after ``del model``.
+        """
         if not unit.hooks and unit.full:
+            root, owner = weakref.ref(self), weakref.ref(unit)
             unit.hooks = [
-                p.register_post_accumulate_grad_hook(lambda _, u=unit: self.grad_ready(u))
+                p.register_post_accumulate_grad_hook(lambda _: root().grad_ready(owner()))
                 for p, rg in zip(unit.full, unit.requires_grad)
                 if rg
             ]
