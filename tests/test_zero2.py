@@ -86,7 +86,7 @@ def _unused_parameter(rank, world):
 
 def _sparse(rank, world):
     model = nn.Embedding(10, 4, sparse=True)
-    Zero2Optimizer(model.parameters(), torch.optim.SGD, lr=0.1)
+    opt = Zero2Optimizer(model.parameters(), torch.optim.SGD, lr=0.1)  # noqa: F841 (kept alive)
     model(torch.tensor([1, 2])).sum().backward()
 
 

@@ -3,7 +3,10 @@
 * :class:`ZeroRedundancyOptimizer` (``zero1.py``): ZeRO-1, optimizer state sharded by
   parameter, torch's partitioning rule; used beside DDP.
 * :class:`Zero2Optimizer` (``zero2.py``): ZeRO-2, gradients reduce-scattered by bucketed
-  hooks during backward, each rank keeping and stepping only its dim-0 rows.
+  hooks during backward, each rank keeping and stepping only its dim-0 rows;
+  ``zero2_layout.py`` (who holds which rows, bucket buffers), ``zero2_hooks.py`` (weak
+  gradient hooks, one optimizer per parameter), ``zero2_state.py`` (checkpoints in
+  torch's format, any world size).
 * ``textbook.py``: both stages in a few lines each, after backward, one call per parameter.
 * ``partition.py``: who owns what (whole parameters, or dim-0 rows).
 * ``checks.py``: the errors (unsupported optimizer, ranks that disagree, sparse grads).
@@ -13,7 +16,8 @@
 * ``plan.py``: the ZeRO paper's formulas for a real model — ``python -m minidp memory``.
 
 Lessons 18-20 and 23; measure: ``python -m minidp bench zero``.
-Test: ``pytest tests/test_zero.py tests/test_zero2.py tests/test_memory.py``
+Test: ``pytest tests/test_zero.py tests/test_zero2.py tests/test_zero2_train.py
+tests/test_zero2_state.py tests/test_memory.py``
 """
 
 from minidp.zero.zero1 import ZeroRedundancyOptimizer

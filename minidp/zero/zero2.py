@@ -26,6 +26,14 @@ DDP), but only ``Ψ/W`` of the gradients and ``1/W`` of the optimizer state.
 
 Communication per step: reduce-scatter + all-gather = DDP's all-reduce volume.
 
+A training loop's other needs: a second backward before ``zero_grad`` adds its
+reduce-scattered rows to the shard (gradient accumulation, FSDP2's way). It is a
+``torch.optim.Optimizer``, so LR schedulers work, and ``state_dict`` is torch's format,
+loadable at any world size (``zero2_state.py``). Any parameter works: zero-element,
+non-contiguous, 0-d (``zero2_layout.py``). Refused with a clear error: a second optimizer
+on the same parameters (``zero2_hooks.py``), and DDP around the model (seen as a ``.grad``
+written after this optimizer freed it).
+
 Against torch (``tests/test_zero2.py``): compared with torch's ``ZeroRedundancyOptimizer`` +
 torch DDP (available on every supported torch). Element-wise optimizers (SGD, Adam, AdamW)
 give the same bits whichever way a tensor is cut, so at 2 ranks, where ``a/2 + b/2`` has
@@ -36,11 +44,13 @@ has reduce-scatter (torch >= 2.8), also against FSDP2 ``fully_shard(reshard_afte
 False)``, torch's ZeRO-2-like mode: at 2 ranks ``torch.equal`` full parameters after every
 step, and each rank's rows equal FSDP2's local shard.
 
-Run: ``python lessons/20_zero2.py``; test: ``pytest tests/test_zero2.py``
+Run: ``python lessons/20_zero2.py``; test: ``pytest tests/test_zero2.py
+tests/test_zero2_train.py tests/test_zero2_state.py``
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -49,134 +59,153 @@ import torch
 from minidp.comm import all_gather, broadcast, reduce_scatter
 from minidp.comm import group as groups
 from minidp.ddp.buckets import MB, compute_bucket_assignment_by_size
-from minidp.zero import checks
-from minidp.zero.partition import row_range, rows_per_rank
+from minidp.zero import checks, zero2_hooks
+from minidp.zero.objects import broadcast_object
+from minidp.zero.zero2_layout import Bucket
+from minidp.zero.zero2_state import (
+    check_groups,
+    copy_options,
+    gather_state,
+    indexed_groups,
+    slice_state,
+)
 
 WHO = "Zero2Optimizer"
 
 
-class _Piece:
-    """One parameter inside a bucket: where its rows go in each rank's segment."""
-
-    def __init__(self, p: torch.Tensor, offset: int, world: int, rank: int) -> None:
-        rows = p.shape[0] if p.dim() else 1
-        self.param, self.offset = p, offset
-        self.row_numel = p.numel() // rows if rows else 0
-        self.padded = rows_per_rank(rows, world) * self.row_numel  # elements per rank segment
-        self.ranges = [row_range(rows, world, r) for r in range(world)]
-        start, stop = self.ranges[rank]
-        flat_rows = p.detach().view(rows, -1) if p.dim() else p.detach().view(1, 1)
-        # The rows this rank owns, as a leaf sharing the parameter's storage.
-        self.shard = torch.nn.Parameter(flat_rows[start:stop], requires_grad=True)
-
-    def rank_rows(self, flat_grad: torch.Tensor, r: int) -> torch.Tensor:
-        start, stop = self.ranges[r]
-        return flat_grad[start * self.row_numel : stop * self.row_numel]
-
-
-class _Bucket:
-    def __init__(self, params: list[torch.Tensor], world: int, rank: int, dtype) -> None:
-        self.pieces, offset = [], 0
-        for p in params:
-            self.pieces.append(_Piece(p, offset, world, rank))
-            offset += self.pieces[-1].padded
-        self.segment = offset  # elements per rank
-        self.shard_grad = torch.zeros(offset, dtype=dtype)  # (segment,) this rank's summed rows
-        self.send: torch.Tensor | None = None  # (world * segment,) only while filling
-        self.ready = 0
-        self.reduced = False  # reduce-scattered in this backward
-        self.accumulate = False  # add to shard_grad instead of overwriting (no zero_grad between)
-
-
-class Zero2Optimizer:
+class Zero2Optimizer(torch.optim.Optimizer):
     """ZeRO-2: sharded gradients and optimizer state, bucketed reduce-scatter in backward.
 
+    A ``torch.optim.Optimizer``: its ``param_groups`` hold the whole parameters (an LR
+    scheduler edits them; each ``step`` copies the options to the local optimizer), and
+    ``state_dict`` (after ``consolidate_state_dict``) is torch's whole-tensor format.
+
     Args:
-        params: the model's parameters (the same on every rank); frozen ones are skipped.
+        params: the model's parameters or parameter groups (the same on every rank);
+            frozen ones are skipped.
         optimizer_class: an element-wise optimizer class, e.g. ``torch.optim.AdamW``.
         process_group: the data-parallel group; ``None``: the current/default group.
         bucket_cap_mb: bucket size cap in MiB (default 25, like DDP).
         **defaults: the optimizer's options (``lr=...``).
+
+    Attributes:
+        optim: the local optimizer, over this rank's rows of every trainable parameter.
     """
 
     def __init__(
         self,
-        params: Iterable[torch.Tensor],
+        params: Iterable,
         optimizer_class: type,
         *,
         process_group=None,
         bucket_cap_mb: float = 25,
-        **defaults,
+        **defaults: Any,
     ) -> None:
         checks.check_optimizer_class(WHO, optimizer_class)
-        all_params = list(params)
-        if not all_params:
+        params = list(params)
+        if not params:
             raise ValueError(f"{WHO}: expected at least one parameter, got an empty list")
+        super().__init__(params, defaults)
+        all_params = [p for g in self.param_groups for p in g["params"]]
         checks.check_dense(WHO, all_params)
+        self.params = [p for p in all_params if p.requires_grad]
+        zero2_hooks.check_unclaimed(WHO, self.params)  # before any collective
         self.process_group = g = groups.resolve(process_group)
         self.rank, self.world_size = g.rank(), g.size()
-        checks.verify_same_parameters(WHO, g, [all_params])
+        checks.verify_same_parameters(WHO, g, [list(pg["params"]) for pg in self.param_groups])
         with torch.no_grad():
             for p in all_params:  # every replica starts from rank 0's weights, like DDP
-                broadcast(p.detach(), group=g, group_src=0)
-        self.params = [p for p in all_params if p.requires_grad]
+                if p.numel():
+                    broadcast(p.detach(), group=g, group_src=0)
         order = self.params[::-1]  # gradients arrive roughly last layer first
         assignment, _ = compute_bucket_assignment_by_size(order, [int(bucket_cap_mb * MB)])
         dtype = all_params[0].dtype
         self.buckets = [
-            _Bucket([order[i] for i in b], self.world_size, self.rank, dtype) for b in assignment
+            Bucket([order[i] for i in b], self.world_size, self.rank, dtype) for b in assignment
         ]
         self._where = {id(piece.param): (b, piece) for b in self.buckets for piece in b.pieces}
         self._next = 0  # index of the next bucket to reduce-scatter
-        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params]
-        shards = [piece.shard for b in self.buckets for piece in b.pieces]
-        self.optim = optimizer_class(shards, **defaults)
+        # held weakly: dropping the optimizer frees it, its hooks and its claim
+        self._hooks = zero2_hooks.attach(self, self.params, self._on_grad)
+        local_groups = []  # one local group per group: this rank's rows of its trainable ones
+        for pg in self.param_groups:
+            entry = {k: v for k, v in pg.items() if k != "params"}
+            entry["params"] = [self._where[id(p)][1].shard for p in pg["params"] if p.requires_grad]
+            local_groups.append(entry)
+        self.optim = optimizer_class(local_groups, **defaults)
+        copy_options(self.optim.param_groups, self.param_groups)  # the class's own defaults
+
+    def __repr__(self) -> str:
+        n = sum(len(b.pieces) for b in self.buckets)
+        return (
+            f"{WHO}(at {id(self):#x}, {type(self.optim).__name__}, {n} trainable parameters, "
+            f"{len(self.buckets)} buckets, rank {self.rank} of {self.world_size})"
+        )
+
+    def add_param_group(self, param_group: dict) -> None:
+        if hasattr(self, "buckets"):  # after construction: hooks and buckets are fixed
+            raise RuntimeError(
+                f"{WHO}: expected every parameter group at construction, got "
+                f"add_param_group(...) with {len(list(param_group.get('params', [])))} "
+                "parameters afterwards; they would get no gradient hooks and never train. "
+                f"Hint: pass all groups to the constructor (remove_hooks() and build a new {WHO})"
+            )
+        super().add_param_group(param_group)
 
     # -- backward -------------------------------------------------------------------------
     def _on_grad(self, p: torch.Tensor) -> None:
         if p.grad.layout != torch.strided:
             checks.check_dense_grads(WHO, [p])
+        if self._next == len(self.buckets):
+            self._next = 0  # every bucket went in the last backward: this is a new one
         bucket, piece = self._where[id(p)]
+        if id(p) in bucket.seen:
+            raise RuntimeError(
+                f"{WHO}: expected one gradient per parameter per backward, got a second one "
+                f"for the parameter of shape {tuple(p.shape)} before its bucket was "
+                f"reduce-scattered ({len(bucket.seen)} of {len(bucket.pieces)} parameters "
+                "arrived): an earlier backward did not reach every trainable parameter. "
+                "Hint: every backward must use every trainable parameter; freeze the others "
+                "(requires_grad=False)"
+            )
         if bucket.send is None:
             bucket.send = torch.zeros(
                 self.world_size * bucket.segment, dtype=bucket.shard_grad.dtype
             )
-        flat = p.grad.detach().reshape(-1) / self.world_size  # DDP's pre-division
+        flat = p.grad.detach().reshape(-1) / self.world_size  # DDP's pre-division; row-major
         for r in range(self.world_size):
             rows = piece.rank_rows(flat, r)
             at = r * bucket.segment + piece.offset
             bucket.send[at : at + rows.numel()] = rows
         p.grad = None  # the full gradient is gone: only the shard survives
-        bucket.ready += 1
-        while self._next < len(self.buckets) and self._complete(self.buckets[self._next]):
+        bucket.seen.add(id(p))
+        while self._next < len(self.buckets) and self.buckets[self._next].complete():
             self._reduce(self.buckets[self._next])
             self._next += 1
 
-    def _complete(self, bucket: _Bucket) -> bool:
-        return bucket.ready == len(bucket.pieces)
-
-    def _reduce(self, bucket: _Bucket) -> None:
+    def _reduce(self, bucket: Bucket) -> None:
         s = bucket.segment
-        inputs = [bucket.send[r * s : (r + 1) * s] for r in range(self.world_size)]
-        out = torch.empty_like(bucket.shard_grad) if bucket.accumulate else bucket.shard_grad
-        reduce_scatter(out, inputs, "sum", self.process_group)
-        if bucket.accumulate:
-            bucket.shard_grad += out
-        bucket.send, bucket.ready, bucket.reduced, bucket.accumulate = None, 0, True, True
+        if s:  # a bucket of zero-element parameters has nothing to send
+            inputs = [bucket.send[r * s : (r + 1) * s] for r in range(self.world_size)]
+            out = torch.empty_like(bucket.shard_grad) if bucket.accumulate else bucket.shard_grad
+            reduce_scatter(out, inputs, "sum", self.process_group)
+            if bucket.accumulate:
+                bucket.shard_grad += out  # a second backward before zero_grad: add, like torch
+        bucket.reset_inflight()
+        bucket.reduced = bucket.accumulate = True
 
     # -- step -----------------------------------------------------------------------------
     @torch.no_grad()
     def step(self, closure: Callable | None = None) -> Any:
-        """Step this rank's rows of every parameter, then all-gather every bucket."""
-        missing = [b for b in self.buckets if not b.reduced]
-        if missing:
-            names = [tuple(piece.param.shape) for piece in missing[0].pieces]
-            raise RuntimeError(
-                f"{WHO}: expected every trainable parameter to get a gradient before step(), "
-                f"but {len(missing)} of {len(self.buckets)} buckets were never reduced (the "
-                f"first holds parameters of shapes {names}). Hint: call backward() first, "
-                "and keep parameters that take no part in the loss frozen (requires_grad=False)"
-            )
+        """Step this rank's rows of every parameter, then all-gather every bucket.
+
+        ``closure`` (re-evaluates the loss, calling backward) runs once, before the step.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._check_ready()
         self._check_storage()
         for b in self.buckets:
             for piece in b.pieces:
@@ -184,12 +213,37 @@ class Zero2Optimizer:
                 piece.shard.grad = b.shard_grad[piece.offset : piece.offset + n].view_as(
                     piece.shard
                 )
-        loss = self.optim.step(closure)
+        copy_options(self.param_groups, self.optim.param_groups)  # e.g. an LR scheduler's lr
+        self.optim.step()
+        copy_options(self.optim.param_groups, self.param_groups)
         for b in self.buckets:
             self._gather(b)
             b.reduced = False
         self._next = 0
         return loss
+
+    def _check_ready(self) -> None:
+        """Every bucket reduced, none half-filled, and no full ``.grad`` written by others."""
+        missing = [b for b in self.buckets if not b.reduced or b.seen]
+        if missing:
+            names = [tuple(piece.param.shape) for piece in missing[0].pieces]
+            raise RuntimeError(
+                f"{WHO}: expected every trainable parameter to get a gradient before step(), "
+                f"but {len(missing)} of {len(self.buckets)} buckets were not reduced (the "
+                f"first holds parameters of shapes {names}). Hint: call backward() first, "
+                "and keep parameters that take no part in the loss frozen (requires_grad=False)"
+            )
+        for i, p in enumerate(self.params):
+            if p.grad is not None:
+                raise RuntimeError(
+                    f"{WHO}: expected .grad to be None at step() (this optimizer reduce-"
+                    "scatters each gradient during backward and frees it), got a gradient of "
+                    f"shape {tuple(p.grad.shape)} on trainable parameter {i} of shape "
+                    f"{tuple(p.shape)}: something else also reduces the gradients — most "
+                    "likely DistributedDataParallel wrapped around the model, which would "
+                    "average them a second time. Hint: do not wrap the model in DDP: "
+                    f"{WHO} does DDP's gradient reduction itself"
+                )
 
     def _check_storage(self) -> None:
         """Each shard must still be a view of its parameter: ``p.data = t`` elsewhere breaks it."""
@@ -204,24 +258,26 @@ class Zero2Optimizer:
                     "(p.copy_(t) or model.load_state_dict), or build a new Zero2Optimizer"
                 )
 
-    def _gather(self, bucket: _Bucket) -> None:
+    def _gather(self, bucket: Bucket) -> None:
         s = bucket.segment
+        if not s:
+            return
         mine = torch.zeros(s, dtype=bucket.shard_grad.dtype)  # (segment,) my updated rows
         for piece in bucket.pieces:
             mine[piece.offset : piece.offset + piece.shard.numel()] = piece.shard.reshape(-1)
-        pieces = [torch.empty_like(mine) for _ in range(self.world_size)]
+        pieces = [torch.empty_like(mine) for _ in range(self.world_size)]  # (world, segment)
         all_gather(pieces, mine, self.process_group)
         for piece in bucket.pieces:
-            flat = piece.param.detach().view(-1)
             for r in range(self.world_size):
                 if r != self.rank:
-                    rows = piece.rank_rows(flat, r)
-                    rows.copy_(pieces[r][piece.offset : piece.offset + rows.numel()])
+                    piece.write_rows(pieces[r][piece.offset :], r)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradient shards: the next backward overwrites instead of adding."""
+        self._next = 0
         for b in self.buckets:
-            b.accumulate = False
+            b.reset_inflight()  # a half-done backward (it raised at step) is dropped too
+            b.accumulate = b.reduced = False
             if not set_to_none:
                 b.shard_grad.zero_()
         for piece in (piece for b in self.buckets for piece in b.pieces):
@@ -231,11 +287,54 @@ class Zero2Optimizer:
         """This rank's summed gradient rows, one flat buffer per bucket (padding included)."""
         return [b.shard_grad for b in self.buckets]
 
-    @property
-    def param_groups(self) -> list[dict]:
-        return self.optim.param_groups
-
     def remove_hooks(self) -> None:
-        for h in self._hooks:
-            h.remove()
+        """Detach from the parameters: no more reduce-scatters; another optimizer may hook them."""
+        zero2_hooks.detach(self, self.params, self._hooks)
         self._hooks = []
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def _local_pieces(self) -> list:
+        """Pieces in the local optimizer's parameter order (the same on every rank)."""
+        return [self._where[id(p)][1] for pg in self.param_groups for p in pg["params"]
+                if p.requires_grad]  # fmt: skip
+
+    def consolidate_state_dict(self, to: int = 0) -> None:
+        """Collect every rank's rows of the optimizer state on rank ``to`` (call on every rank)."""
+        copy_options(self.param_groups, self.optim.param_groups)
+        # A copy: the live state dict holds this rank's state tensors, which later steps update.
+        mine = copy.deepcopy(self.optim.state_dict())
+        g = self.process_group
+        states = [broadcast_object(mine, r, g) for r in range(self.world_size)]
+        self._all_state_dicts = states if self.rank == to else []
+
+    def state_dict(self) -> dict:
+        """The whole optimizer state in torch's format (after ``consolidate_state_dict``).
+
+        Independent of the world size: ``load_state_dict`` takes it at any number of ranks.
+        """
+        if not getattr(self, "_all_state_dicts", None):
+            raise RuntimeError(
+                f"{WHO}: expected consolidate_state_dict(to={self.rank}) on every rank before "
+                f"state_dict() on rank {self.rank}, got no consolidated state here. Hint: call "
+                "opt.consolidate_state_dict(to=0) on all ranks, then opt.state_dict() on rank 0"
+            )
+        all_params = [p for pg in self.param_groups for p in pg["params"]]
+        index = {id(p): i for i, p in enumerate(all_params)}
+        state = gather_state(self._local_pieces(), self._all_state_dicts, index)
+        return {"state": state, "param_groups": indexed_groups(self.param_groups, lambda p: True)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a ``state_dict()`` saved at any world size; each rank keeps its own rows."""
+        saved = state_dict["param_groups"]
+        check_groups(WHO, saved, [len(pg["params"]) for pg in self.param_groups])
+        all_params = [p for pg in self.param_groups for p in pg["params"]]
+        local = {id(piece.param): i for i, piece in enumerate(self._local_pieces())}
+        state = {}
+        for i, value in state_dict["state"].items():
+            p = all_params[int(i)]
+            if id(p) in local:
+                state[local[id(p)]] = slice_state(self._where[id(p)][1], self.rank, value)
+        for mine, theirs in zip(self.param_groups, saved):
+            mine.update({k: v for k, v in theirs.items() if k != "params"})
+        local_groups = indexed_groups(self.param_groups, lambda p: p.requires_grad)
+        self.optim.load_state_dict({"state": state, "param_groups": local_groups})

@@ -1,0 +1,78 @@
+"""ZeRO-2's gradient hooks, and who owns them: one ``Zero2Optimizer`` per parameter.
+
+* :func:`attach` — one post-accumulate-grad hook per parameter, holding the optimizer
+  *weakly*: a strong hook (parameter -> hook -> optimizer -> parameter) would keep a
+  dropped optimizer, and its model, alive for good. When the optimizer is collected, its
+  hooks are removed and its claim on the parameters lapses; ``remove_hooks()`` does so at
+  once (until the collector runs, a dropped optimizer's hooks still take the gradients).
+* :func:`check_unclaimed` — a second optimizer on the same parameters is refused, naming
+  the first: both would reduce-scatter (and free) each gradient, and the second would
+  find ``.grad`` already gone.
+
+Test: ``pytest tests/test_zero2_train.py -k second_optimizer``
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch.utils.weak import WeakTensorKeyDictionary
+
+# parameter -> weakref to the optimizer whose hooks it carries. Weak both ways: a strong
+# value would hold its parameters (the keys) alive from this process-wide table.
+_OWNERS = WeakTensorKeyDictionary()
+
+
+def attach(owner: object, params: list[torch.Tensor], on_grad: Callable) -> list:
+    """Hook ``on_grad`` (a method of ``owner``) to every parameter; claim them for ``owner``."""
+    method = weakref.WeakMethod(on_grad)
+
+    def hook(p: torch.Tensor) -> None:
+        live = method()
+        if live is not None:
+            live(p)
+
+    handles = [p.register_post_accumulate_grad_hook(hook) for p in params]
+    weakref.finalize(owner, _remove_all, list(handles))
+    for p in params:
+        _OWNERS[p] = weakref.ref(owner)
+    return handles
+
+
+def detach(owner: object, params: list[torch.Tensor], handles: list) -> None:
+    """Remove ``owner``'s hooks and give up its claim, so another optimizer may take over."""
+    _remove_all(handles)
+    for p in params:
+        if (ref := _OWNERS.get(p)) is not None and ref() is owner:
+            del _OWNERS[p]
+
+
+def _remove_all(handles: list) -> None:
+    for h in handles:
+        h.remove()
+
+
+def _owner(p: torch.Tensor) -> object | None:
+    ref = _OWNERS.get(p)
+    return ref() if ref is not None else None
+
+
+def check_unclaimed(who: str, params: list[torch.Tensor]) -> None:
+    """Refuse parameters that another live optimizer hooks."""
+    if any(_owner(p) is not None for p in params):
+        # An optimizer the program dropped may still wait for the cycle collector (its
+        # state holds reference cycles): collect first, so `opt = Zero2Optimizer(...)`
+        # again is allowed however the collector was timed.
+        gc.collect()
+    for i, p in enumerate(params):
+        first = _owner(p)
+        if first is not None:
+            raise RuntimeError(
+                f"{who}: expected parameters no other {who} manages, got trainable parameter "
+                f"{i} of shape {tuple(p.shape)} already hooked by {first!r}; both would reduce "
+                "and free each gradient, and the second would find .grad gone. Hint: keep one "
+                "optimizer per model, or call first.remove_hooks() before building a new one"
+            )
