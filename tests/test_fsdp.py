@@ -26,16 +26,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fsdp_scenarios import SCENARIOS, run_scenario
 from helpers import FSDP2_UNUSABLE, gloo_all_reduce
 from test_fsdp_support import BLOCKS as BLOCKS_IN_LM
 from test_fsdp_support import (
-    SCENARIOS,
     Block,
     TinyLM,
     batches,
     loss_fn,
     round_trip,
-    run_scenario,
     seeded_lm,
     textbook_vs_fully_shard,
     wrap,

@@ -1,11 +1,7 @@
-"""Model and rank-side scenario code for the FSDP tests (no tests in here).
+"""The model, data and rank-side helpers of the FSDP tests (no tests in here).
 
-Each scenario builds the same seeded transformer-like model three times in ONE rank
-process and trains it through FSDP2 (``torch.distributed.fsdp.fully_shard`` on a CPU device
-mesh, gloo) and through ``minidp.fully_shard`` with the same wrapping, policy, optimizer and
-per-rank data. After every step it records, per parameter, the largest difference of the
-full parameter, of this rank's shard (vs FSDP2's ``to_local()``) and of the shard's
-gradient. Functions here run in the rank processes of ``process_world`` (module-level).
+The side-by-side scenarios against FSDP2 are in ``fsdp_scenarios.py``. Functions here run
+in the rank processes of ``process_world`` or ``run_threads`` (module-level).
 """
 
 from __future__ import annotations
@@ -58,37 +54,6 @@ def seeded_lm() -> TinyLM:
     return model
 
 
-SCENARIOS = {
-    # name: (optimizer, param_dtype, reshard_after_forward for the blocks, steps)
-    "adamw": ("adamw", None, True, 3),
-    "sgd_keep_gathered": ("sgd", None, False, 3),
-    # reduce_dtype unset: the installed torch's rule (bf16 sums up to 2.14, fp32 from 2.15)
-    "bf16": ("adamw", torch.bfloat16, True, 3),
-    "bf16_reduce_bf16": ("adamw", (torch.bfloat16, torch.bfloat16), True, 3),
-    "bf16_reduce_fp32": ("adamw", (torch.bfloat16, torch.float32), True, 3),
-    "fp16": ("adamw", torch.float16, True, 3),
-    # fp16 sums divide before and after the reduce-scatter (2 and 2 at 4 ranks) on every torch
-    "fp16_reduce_fp16": ("adamw", (torch.float16, torch.float16), True, 3),
-    # frozen parameters: each block's LayerNorm frozen before wrapping (a unit mixing frozen
-    # and trainable parameters), and one Linear frozen after step 0, unfrozen after step 1
-    "frozen_norms": ("adamw", None, True, 3),
-    "freeze_after_wrap": ("adamw", None, True, 3),
-    # two backward() calls before each step: the shards' .grad accumulates both
-    "accumulate": ("adamw", None, True, 3),
-    "bf16_accumulate": ("adamw", torch.bfloat16, True, 3),
-    # torch.nn.utils.clip_grad_norm_ on the shards: the global norm on every rank; the
-    # second also accumulates two micro-batches and clips by the max-norm (inf)
-    "clip": ("adamw", None, True, 3),
-    "clip_inf_accumulate": ("adamw", None, True, 3),
-    # only the blocks wrapped: the root's parameters belong to no unit (whole on each rank,
-    # not reduced, in FSDP2 too); the full state dict holds them as they are
-    "root_unwrapped": ("adamw", None, True, 2),
-    # bf16 blocks under an fp32 root: each block casts its fp32 input to bf16 itself and
-    # hands the root fp32 again (output_dtype)
-    "bf16_blocks_only": ("adamw", torch.bfloat16, True, 3),
-}
-
-
 def batches(rank: int, steps: int):
     g = torch.Generator().manual_seed(100 + rank)  # every rank its own data
     return [
@@ -115,74 +80,10 @@ def wrap(model, shard_fn, reshard, policy, root_policy=None, wrap_root=True, **k
     return model
 
 
-def minidp_shards(model) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
-    """{name: (this rank's shard, its grad)} — named like model.named_parameters()."""
-    return {n: (p.detach().clone(), p.grad) for n, p in model.named_parameters()}
-
-
-def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
-    """Train FSDP2 and minidp side by side; return (step, tensor, what, max |diff|) rows."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    opt_kind, dtypes, reshard, steps = SCENARIOS[name]
-    param_dtype, reduce_dtype = dtypes if isinstance(dtypes, tuple) else (dtypes, None)
-    torch.manual_seed(0)
-    theirs, ours = TinyLM(), TinyLM()
-    ours.load_state_dict(theirs.state_dict())
-    if name == "frozen_norms":
-        for model in (theirs, ours):
-            for block in model.blocks:
-                block.norm.requires_grad_(False)
-    mesh = init_device_mesh("cpu", (world,))
-    policy = {"param_dtype": param_dtype, "reduce_dtype": reduce_dtype}
-    root_policy = policy
-    if name == "bf16_blocks_only":
-        policy, root_policy = {**policy, "output_dtype": torch.float32}, {}
-    root = name != "root_unwrapped"
-    wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(**policy), mesh=mesh,
-         root_policy=MixedPrecisionPolicy(**root_policy), wrap_root=root)  # fmt: skip
-    wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(**policy),
-         root_policy=minidp.MixedPrecisionPolicy(**root_policy), wrap_root=root)  # fmt: skip
-    micro = 2 if name.endswith("accumulate") else 1
-    clip = {"clip": 2.0, "clip_inf_accumulate": float("inf")}.get(name)
-    norms: dict[bool, torch.Tensor] = {}  # is FSDP2's -> this step's total norm
-    opt_t = make_optimizer(opt_kind, theirs.parameters())
-    opt_m = make_optimizer(opt_kind, ours.parameters())
-    rows = []
-    for step, (tokens, target) in enumerate(batches(rank, steps)):
-        if name == "freeze_after_wrap" and step in (1, 2):
-            for model in (theirs, ours):
-                model.blocks[0].fc1.requires_grad_(step == 2)  # frozen for step 1 only
-        for model, opt in ((theirs, opt_t), (ours, opt_m)):
-            opt.zero_grad()
-            for i in range(micro):  # micro-batches: halves of the rows (one: all of them)
-                part = slice(i * len(tokens) // micro, (i + 1) * len(tokens) // micro)
-                loss_fn(model, tokens[part], target[part]).backward()
-            if clip is not None:  # max_norm below the norms seen: every step clips
-                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5, norm_type=clip)
-                norms[model is theirs] = norm.full_tensor() if model is theirs else norm
-            opt.step()
-        if clip is not None:
-            rows.append((step, "total norm", "clip", _diff(norms[False], norms[True])))
-        full = full_state_dict(ours)
-        shards = minidp_shards(ours)
-        for n, p in theirs.named_parameters():
-            whole = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()  # no unit's
-            rows.append((step, n, "full", _diff(full[n], whole)))
-            mine, grad = shards[n]
-            rows.append((step, n, "shard", _diff(mine, _local(p.detach()))))
-            rows.append((step, n, "grad", _diff(_local(grad), _local(p.grad))))
-    return rows
-
-
-def _local(t: torch.Tensor | None) -> torch.Tensor | None:
-    """This rank's plain tensor: a DTensor's or ShardedGrad's local part; None stays None."""
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def _diff(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
-    if a is None or b is None:  # a gradient one side has and the other not
+def diff(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
+    """0.0 when equal bit for bit (``torch.equal``), else the largest |a - b| (inf: other
+    shape, dtype, or a gradient one side has and the other not)."""
+    if a is None or b is None:
         return 0.0 if a is b else float("inf")
     if a.shape != b.shape or a.dtype != b.dtype:
         return float("inf")
@@ -251,5 +152,5 @@ def textbook_vs_fully_shard(rank: int, world: int, steps: int = 3) -> list[tuple
         with torch.no_grad():
             book(batches(rank, 1)[0][0])  # gathers the textbook's parameters into the module
         for name, p in zip(names, book.params):
-            rows.append((step, name, _diff(p.detach().clone(), full[name])))
+            rows.append((step, name, diff(p.detach().clone(), full[name])))
     return rows

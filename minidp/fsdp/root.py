@@ -162,6 +162,7 @@ class Root:
             f.result()
         self.gathers.clear()
         for u in self.units:
+            u.follow_module()  # .to(dtype), to_empty(): the module may hold new shards
             if u.follow_requires_grad() and u.is_unsharded:
                 self._count_grads(u)  # a gathered unit (the root) is not unsharded again
             u.pending = sum(u.requires_grad)
@@ -176,6 +177,12 @@ class Root:
     # ---- backward ----------------------------------------------------------------------
 
     def pre_backward(self, unit) -> None:
+        """A gradient reached ``unit``'s output (once per output tensor, so this repeats)."""
+        if not self.backward_started and self.pending == 0:
+            # a backward after the last one finished: backward(retain_graph=True) again
+            self.pending = sum(sum(u.requires_grad) for u in self.units)
+            for u in self.units:
+                u.pending = sum(u.requires_grad)
         self.backward_started = True
         self.unshard(unit)
         self._mark("backward", unit)

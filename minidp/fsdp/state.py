@@ -42,6 +42,7 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """``{name: full tensor}`` of every parameter and buffer, on every rank (a collective)."""
     gathered: dict[str, torch.Tensor] = {}
     for prefix, unit in _units(model):
+        unit.follow_module()
         for name, full in zip(unit.names, unit.gather_full(unit.dtype)):
             gathered[prefix + name] = full
     out = {  # the model's order; a parameter no unit owns is whole on every rank already
@@ -58,6 +59,7 @@ def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> No
     """Copy this rank's chunk of every full parameter (and every buffer) from ``state``."""
     sharded = set()
     for prefix, unit in _units(model):
+        unit.follow_module()  # after to_empty(): load into the buffers the module will use
         for name, padded, shape in zip(unit.names, unit.padded, unit.shapes):
             key = prefix + name
             padded.copy_(shard.padded_shard(_get(state, key, shape), unit.world, unit.rank))

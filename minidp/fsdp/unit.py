@@ -80,6 +80,44 @@ class FSDPUnit:
         self.install(self.sharded)
         self.is_unsharded = False
 
+    @torch.no_grad()
+    def follow_module(self) -> None:
+        """Adopt what ``nn.Module``'s own moves did to the shards since the last step.
+
+        ``model.to(torch.float64)`` swaps each shard's ``.data`` for a converted copy (no
+        longer a view of ``padded``); ``model.to_empty(device=...)`` after building on the
+        meta device puts *new* Parameters on the modules (and unties tied ones). Either way
+        the module holds the truth: copy it into fresh padded buffers, make the shards view
+        them again, and put them back at every place (tied ones too). The gathered
+        parameters are made anew at the next gather, in the new dtype.
+        """
+        if self.is_unsharded:
+            return
+        changed = False
+        for i, places in enumerate(self.locations):
+            module, attr = places[0]
+            held, pad, mine = module._parameters[attr], self.padded[i], self.sharded[i]
+            moved = held.dtype != pad.dtype or held.device != pad.device
+            if held is mine and not moved and held.data_ptr() == pad.data_ptr():
+                continue  # (a zero-row shard's pointer equals its buffer's too)
+            fresh = torch.zeros(pad.shape, dtype=held.dtype, device=held.device)
+            fresh[: held.shape[0]].copy_(held.detach())
+            self.padded[i] = fresh
+            if mine.device.type == fresh.device.type:  # the same Parameter: optimizers keep it
+                mine.data = fresh[: held.shape[0]]
+            else:  # meta -> cpu: .data cannot change device type; a new Parameter (no optimizer
+                # can hold the meta one usefully yet)
+                self.sharded[i] = nn.Parameter(fresh[: held.shape[0]], mine.requires_grad)
+                self.sharded[i].__dict__.update(mine.__dict__)  # wrap.py's markers
+            changed = True
+        if changed:
+            self.install(self.sharded)
+            self.dtype, self.device = self.padded[0].dtype, self.padded[0].device
+            self.param_dtype = self.mp.param_dtype or self.dtype
+            for h in self.hooks:
+                h.remove()
+            self.full, self.hooks = [], []
+
     def follow_requires_grad(self) -> bool:
         """Adopt ``requires_grad_()`` calls made since the last step (True if any changed).
 

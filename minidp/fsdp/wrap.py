@@ -24,6 +24,7 @@ Test: ``pytest tests/test_fsdp.py``
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import torch
@@ -183,12 +184,9 @@ def _post_forward(module, args, output):
     unit = unit_of(module)
     unit.root.post_forward(unit)
     if torch.is_grad_enabled():
-        fired = []
 
-        def pre_backward(grad):  # the first gradient to reach this unit's output
-            if not fired:
-                fired.append(True)
-                unit.root.pre_backward(unit)
+        def pre_backward(grad):  # a gradient reached this unit's output (again: idempotent)
+            unit.root.pre_backward(unit)
 
         for t in _tensors(output):
             if t.requires_grad:
@@ -207,3 +205,6 @@ def _tensors(value):
     elif isinstance(value, dict):
         for v in value.values():
             yield from _tensors(v)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):  # e.g. a ModelOutput-like return value
+            yield from _tensors(getattr(value, field.name))

@@ -1,0 +1,174 @@
+"""FSDP2 and minidp trained side by side in one rank process, for ``tests/test_fsdp.py``.
+
+Each scenario builds the same seeded transformer-like model twice, wraps it with FSDP2
+(``torch.distributed.fsdp.fully_shard`` on a CPU device mesh, gloo) and with
+``minidp.fully_shard`` the same way, and trains both with the same policy, optimizer,
+per-rank data and training-loop moves (accumulation, clipping, freezing, dtype moves, meta
+init...). After every step it records, per parameter, the largest difference of the full
+parameter, of this rank's shard (vs FSDP2's ``to_local()``) and of the shard's gradient.
+Functions here run in the rank processes of ``process_world`` (module-level).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn as nn
+from test_fsdp_support import Block, TinyLM, batches, diff, loss_fn, make_optimizer, wrap
+
+import minidp
+from minidp.fsdp import full_state_dict, load_full_state_dict
+
+SCENARIOS = {
+    # name: (optimizer, param_dtype or (param_dtype, reduce_dtype), reshard_after_forward, steps)
+    "adamw": ("adamw", None, True, 3),
+    "sgd_keep_gathered": ("sgd", None, False, 3),
+    # reduce_dtype unset: the installed torch's rule (bf16 sums up to 2.14, fp32 from 2.15)
+    "bf16": ("adamw", torch.bfloat16, True, 3),
+    "bf16_reduce_bf16": ("adamw", (torch.bfloat16, torch.bfloat16), True, 3),
+    "bf16_reduce_fp32": ("adamw", (torch.bfloat16, torch.float32), True, 3),
+    "fp16": ("adamw", torch.float16, True, 3),
+    # fp16 sums divide before and after the reduce-scatter (2 and 2 at 4 ranks) on every torch
+    "fp16_reduce_fp16": ("adamw", (torch.float16, torch.float16), True, 3),
+    # frozen parameters: each block's LayerNorm frozen before wrapping (a unit mixing frozen
+    # and trainable parameters), and one Linear frozen after step 0, unfrozen after step 1
+    "frozen_norms": ("adamw", None, True, 3),
+    "freeze_after_wrap": ("adamw", None, True, 3),
+    # two backward() calls before each step: the shards' .grad accumulates both
+    "accumulate": ("adamw", None, True, 3),
+    "bf16_accumulate": ("adamw", torch.bfloat16, True, 3),
+    # the same loss backward twice (retain_graph=True): the units are gathered again
+    "retain_graph": ("adamw", None, True, 2),
+    # torch.nn.utils.clip_grad_norm_ on the shards: the global norm on every rank; the
+    # second also accumulates two micro-batches and clips by the max-norm (inf)
+    "clip": ("adamw", None, True, 3),
+    "clip_inf_accumulate": ("adamw", None, True, 3),
+    # only the blocks wrapped: the root's parameters belong to no unit (whole on each rank,
+    # not reduced, in FSDP2 too); the full state dict holds them as they are
+    "root_unwrapped": ("adamw", None, True, 2),
+    # bf16 blocks under an fp32 root: each block casts its fp32 input to bf16 itself and
+    # hands the root fp32 again (output_dtype)
+    "bf16_blocks_only": ("adamw", torch.bfloat16, True, 3),
+    # model.to(torch.float64) after wrapping; blocks that return a dataclass; built on the
+    # meta device, wrapped, to_empty(), then loaded from a full state dict
+    "float64_after_wrap": ("adamw", None, True, 2),
+    "dataclass_outputs": ("adamw", None, True, 2),
+    "meta_init": ("adamw", None, True, 2),
+}
+
+
+@dataclasses.dataclass
+class BlockOutput:
+    hidden: torch.Tensor
+
+
+class DataclassBlock(Block):
+    def forward(self, x):
+        return BlockOutput(super().forward(x))
+
+
+class DataclassLM(TinyLM):
+    """TinyLM whose blocks return a dataclass (outputs FSDP must find its hooks' tensors in)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(DataclassBlock(self.emb.embedding_dim) for _ in self.blocks)
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        for block in self.blocks:
+            x = block(x).hidden
+        return self.head(self.norm(x))
+
+
+def _models(name: str, world: int, dtypes, reshard: bool):
+    """(FSDP2's model, minidp's model): equal weights, wrapped the scenario's way."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    param_dtype, reduce_dtype = dtypes if isinstance(dtypes, tuple) else (dtypes, None)
+    make = DataclassLM if name == "dataclass_outputs" else TinyLM
+    torch.manual_seed(0)
+    reference = make()
+    with torch.device("meta" if name == "meta_init" else "cpu"):
+        theirs, ours = make(), make()
+    if name != "meta_init":
+        theirs.load_state_dict(reference.state_dict())
+        ours.load_state_dict(reference.state_dict())
+    if name == "frozen_norms":
+        for model in (theirs, ours):
+            for block in model.blocks:
+                block.norm.requires_grad_(False)
+    policy = {"param_dtype": param_dtype, "reduce_dtype": reduce_dtype}
+    root_policy = policy
+    if name == "bf16_blocks_only":
+        policy, root_policy = {**policy, "output_dtype": torch.float32}, {}
+    root = name != "root_unwrapped"
+    mesh = init_device_mesh("cpu", (world,))
+    wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(**policy), mesh=mesh,
+         root_policy=MixedPrecisionPolicy(**root_policy), wrap_root=root)  # fmt: skip
+    wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(**policy),
+         root_policy=minidp.MixedPrecisionPolicy(**root_policy), wrap_root=root)  # fmt: skip
+    if name == "meta_init":  # the way large models are built: no full copy on any rank
+        for model in (theirs, ours):
+            model.to_empty(device="cpu")
+        full = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(theirs, reference.state_dict(), options=full)
+        load_full_state_dict(ours, reference.state_dict())
+    if name == "float64_after_wrap":
+        theirs.to(torch.float64), ours.to(torch.float64)
+    return theirs, ours
+
+
+def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
+    """Train FSDP2 and minidp side by side; return (step, tensor, what, max |diff|) rows."""
+    opt_kind, dtypes, reshard, steps = SCENARIOS[name]
+    theirs, ours = _models(name, world, dtypes, reshard)
+    micro = 2 if name.endswith("accumulate") else 1
+    clip = {"clip": 2.0, "clip_inf_accumulate": float("inf")}.get(name)
+    norms: dict[bool, torch.Tensor] = {}  # is FSDP2's -> this step's total norm
+    opt_t = make_optimizer(opt_kind, theirs.parameters())
+    opt_m = make_optimizer(opt_kind, ours.parameters())
+    rows = []
+    for step, (tokens, target) in enumerate(batches(rank, steps)):
+        if name == "freeze_after_wrap" and step in (1, 2):
+            for model in (theirs, ours):
+                model.blocks[0].fc1.requires_grad_(step == 2)  # frozen for step 1 only
+        for model, opt in ((theirs, opt_t), (ours, opt_m)):
+            opt.zero_grad()
+            for i in range(micro):  # micro-batches: halves of the rows (one: all of them)
+                part = slice(i * len(tokens) // micro, (i + 1) * len(tokens) // micro)
+                loss = loss_fn(model, tokens[part], target[part])
+                if name == "retain_graph":
+                    loss.backward(retain_graph=True)
+                loss.backward()
+            if clip is not None:  # max_norm below the norms seen: every step clips
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5, norm_type=clip)
+                norms[model is theirs] = norm.full_tensor() if model is theirs else norm
+            opt.step()
+        if clip is not None:
+            rows.append((step, "total norm", "clip", diff(norms[False], norms[True])))
+        rows += _compare(step, theirs, ours)
+    return rows
+
+
+def _compare(step: int, theirs, ours) -> list[tuple]:
+    full, mine_by_name = full_state_dict(ours), dict(ours.named_parameters())
+    rows = []
+    for n, p in theirs.named_parameters():
+        mine = mine_by_name.get(n)
+        if mine is None:  # a name FSDP2 has and minidp not (a tie broken, say)
+            rows.append((step, n, "missing", float("inf")))
+            continue
+        whole = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()  # no unit's
+        rows.append((step, n, "full", diff(full[n], whole)))
+        rows.append((step, n, "shard", diff(mine.detach(), _local(p.detach()))))
+        rows.append((step, n, "grad", diff(_local(mine.grad), _local(p.grad))))
+    return rows
+
+
+def _local(t: torch.Tensor | None) -> torch.Tensor | None:
+    """This rank's plain tensor: a DTensor's or ShardedGrad's local part; None stays None."""
+    return t.to_local() if hasattr(t, "to_local") else t
