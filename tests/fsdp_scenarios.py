@@ -38,6 +38,11 @@ SCENARIOS = {
     # two backward() calls before each step: the shards' .grad accumulates both
     "accumulate": ("adamw", None, True, 3),
     "bf16_accumulate": ("adamw", torch.bfloat16, True, 3),
+    # the first micro-batch under set_requires_gradient_sync(False): unreduced gradients
+    # accumulate (from torch 2.15 in the reduce dtype when wider: bf16 micro-batches in fp32)
+    "no_sync_accumulate": ("adamw", None, True, 3),
+    "bf16_no_sync_accumulate": ("adamw", torch.bfloat16, True, 3),
+    "bf16_fp32_no_sync_accumulate": ("adamw", (torch.bfloat16, torch.float32), True, 3),
     # the same loss backward twice (retain_graph=True): the units are gathered again
     "retain_graph": ("adamw", None, True, 2),
     # torch.nn.utils.clip_grad_norm_ on the shards: the global norm on every rank; the
@@ -140,6 +145,8 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
             opt.zero_grad()
             for i in range(micro):  # micro-batches: halves of the rows (one: all of them)
                 part = slice(i * len(tokens) // micro, (i + 1) * len(tokens) // micro)
+                if "no_sync" in name:  # reduce-scatter only in the last micro-batch
+                    model.set_requires_gradient_sync(i == micro - 1)
                 loss = loss_fn(model, tokens[part], target[part])
                 if name == "retain_graph":
                     loss.backward(retain_graph=True)

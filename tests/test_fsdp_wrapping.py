@@ -137,3 +137,12 @@ def test_wrapping_the_root_before_its_children_is_refused_at_the_call(process_wo
             r"enclosing unit \(TinyLM\): wrap the submodules first, then the root .*",
             ours,
         ), ours
+
+
+def _sync_flag(rank, world, flag):
+    minidp.fully_shard(Block(4)).set_requires_gradient_sync(flag)
+
+
+def test_set_requires_gradient_sync_takes_a_bool():
+    with pytest.raises(WorkerError, match=r"expected True or False, got 'no'"):
+        run_threads(_sync_flag, 1, "no", timeout=30)

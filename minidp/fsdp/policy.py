@@ -65,6 +65,26 @@ def reduce_dtype_for(
     return torch.promote_types(grad_dtype, orig_dtype)
 
 
+def accumulation_dtype(
+    policy: MixedPrecisionPolicy, grad_dtype: torch.dtype, orig_dtype: torch.dtype
+) -> torch.dtype:
+    """The dtype unreduced gradients accumulate in between backwards without a reduce-scatter
+    (``set_requires_gradient_sync(False)``). Up to torch 2.14 FSDP2 accumulates in an explicit
+    ``reduce_dtype`` (``FSDPParam.to_accumulated_grad_if_needed``), else in the gradients' own
+    dtype; from 2.15 in the reduce dtype when that is wider, an unset one included
+    (``FSDPParamGroup._set_unsharded_grad_dtypes``): bf16 micro-batches then add in fp32."""
+    if UNSET_REDUCES_IN_PARAM_DTYPE:
+        return policy.reduce_dtype or grad_dtype
+    wider = reduce_dtype_for(policy, grad_dtype, orig_dtype)
+    return wider if wider.itemsize > grad_dtype.itemsize else grad_dtype
+
+
+# From 2.15 FSDP2 also sets the unsharded parameter's ``grad_dtype`` to that wider dtype for a
+# backward without sync that starts a gradient: autograd then casts each contribution before
+# summing them (a tied weight's two uses add in fp32, not bf16). Up to 2.14 they add in bf16.
+NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE = not UNSET_REDUCES_IN_PARAM_DTYPE
+
+
 def cast_floating(value, dtype: torch.dtype):
     """``value`` with every floating-point tensor in it (tuples, lists, dicts) cast to dtype:
     a unit's inputs (to ``param_dtype``) and its outputs (to ``output_dtype``)."""

@@ -45,6 +45,7 @@ class Root:
         self.reduces: list[tuple] = []  # (unit, future) in submission order
         self.pending = 0  # gradients still to arrive in this backward, whole model
         self.backward_started = False
+        self.in_backward: set[int] = set()  # id(unit) of units this backward has reached
         self.started: dict[tuple[str, int], float] = {}  # (phase, id(unit)) -> trace time
         # bytes this rank moved, all steps (count_traffic counts per thread: the collectives
         # run on the communication thread, so they are counted there, into this total)
@@ -185,6 +186,9 @@ class Root:
                 u.pending = sum(u.requires_grad)
         self.backward_started = True
         self.unshard(unit)
+        if id(unit) not in self.in_backward:  # the first gradient at this unit's output
+            self.in_backward.add(id(unit))
+            unit.prepare_grads()
         self._mark("backward", unit)
         # backward runs the units in reverse post-forward order: the one before is next
         i = self.post_order.index(unit) if unit in self.post_order else 0
@@ -195,7 +199,12 @@ class Root:
         self.backward_started = True
         unit.pending -= 1
         self.pending -= 1
-        if unit.pending == 0:
+        if unit.pending == 0 and not unit.reduce_grads:  # set_requires_gradient_sync(False)
+            self._span("backward", unit)
+            unit.keep_grads()
+            if unit is not self.unit and all(unit.requires_grad):
+                unit.free()
+        elif unit.pending == 0:
             self._span("backward", unit)
             grads = unit.take_grads()
             future = self.comm.submit(self._reduce, unit, grads)
@@ -222,3 +231,4 @@ class Root:
             if u.is_unsharded:
                 u.free()
         self.backward_started = False
+        self.in_backward.clear()

@@ -31,7 +31,12 @@ from torch import nn
 from minidp.comm import all_gather
 from minidp.fsdp import shard
 from minidp.fsdp.grad import ShardedGrad
-from minidp.fsdp.policy import MixedPrecisionPolicy, reduce_dtype_for
+from minidp.fsdp.policy import (
+    NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE,
+    MixedPrecisionPolicy,
+    accumulation_dtype,
+    reduce_dtype_for,
+)
 from minidp.fsdp.reduce import gloo_reduce_scatter
 
 
@@ -59,6 +64,7 @@ class FSDPUnit:
         ]
         self.full: list[nn.Parameter] = []  # created at the first gather
         self.is_unsharded = False
+        self.reduce_grads = True  # False: keep the gradients unsharded, no reduce-scatter
         self.root = None  # the Root coordinating this unit's model, set at the first forward
         self.pending = 0  # gradients still to arrive in this backward
         self.hooks: list = []  # post-accumulate-grad hooks on the full parameters
@@ -178,6 +184,27 @@ class FSDPUnit:
                 grads.append(p.grad)
                 p.grad = None
         return grads
+
+    def prepare_grads(self) -> None:
+        """This unit's backward starts: the dtype autograd sums its gradients in (FSDP2's
+        ``grad_dtype`` rule of the installed torch, ``policy.py``)."""
+        for p, rg in zip(self.full, self.requires_grad):
+            if rg:
+                wide = accumulation_dtype(self.mp, self.param_dtype, self.dtype)
+                starts = not self.reduce_grads and p.grad is None
+                sums_wide = NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE and starts
+                p.grad_dtype = wide if sums_wide and wide != self.param_dtype else None
+
+    def keep_grads(self) -> None:
+        """A backward without gradient sync ended for this unit: its full gradients stay on
+        the full parameters (freeing the unit frees the parameters' storage, not the
+        gradients), in FSDP2's accumulation dtype, and the next backward adds to them."""
+        for p, rg in zip(self.full, self.requires_grad):
+            if rg and p.grad is not None:
+                dtype = accumulation_dtype(self.mp, p.grad.dtype, self.dtype)
+                if p.grad.dtype != dtype:
+                    p.grad_dtype = None  # let the gradient be wider than the parameter
+                    p.grad = p.grad.to(dtype)
 
     def reduce(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """Reduce-scatter the gradients: this rank's ``(T_grad,)`` average, original dtype."""

@@ -25,6 +25,7 @@ Test: ``pytest tests/test_fsdp.py``
 from __future__ import annotations
 
 import dataclasses
+import types
 import zlib
 
 import torch
@@ -80,7 +81,25 @@ def fully_shard(
         setattr(p, _SHARDED_BY, type(module).__name__)
     module.register_forward_pre_hook(_pre_forward, with_kwargs=True)
     module.register_forward_hook(_post_forward)
+    # FSDP2's method, on the wrapped module itself (FSDP2 swaps the module's class instead)
+    module.set_requires_gradient_sync = types.MethodType(set_requires_gradient_sync, module)
     return module
+
+
+def set_requires_gradient_sync(
+    module: nn.Module, requires_gradient_sync: bool, *, recurse: bool = True
+) -> None:
+    """``False``: backwards accumulate unsharded gradients and reduce-scatter nothing (the
+    micro-batches of gradient accumulation, like DDP's ``no_sync``); ``True`` again before
+    the last micro-batch's backward, which reduce-scatters the sum. ``recurse``: the units
+    under ``module`` too (FSDP2's default)."""
+    if not isinstance(requires_gradient_sync, bool):
+        raise TypeError(
+            f"set_requires_gradient_sync: expected True or False, got {requires_gradient_sync!r}"
+        )
+    for m in module.modules() if recurse else [module]:
+        if (unit := unit_of(m)) is not None:
+            unit.reduce_grads = requires_gradient_sync
 
 
 def _owned_parameters(module: nn.Module):
