@@ -55,6 +55,14 @@ SCENARIOS = {
     # bf16 blocks under an fp32 root: each block casts its fp32 input to bf16 itself and
     # hands the root fp32 again (output_dtype)
     "bf16_blocks_only": ("adamw", torch.bfloat16, True, 3),
+    # an LR scheduler; two param groups (other lr, no weight decay on norms); activation
+    # checkpointing (each block recomputed in backward: gathered again, kept till its grads);
+    # an eval forward under no_grad between the steps
+    "lr_scheduler": ("adamw", None, True, 3),
+    "param_groups": ("adamw", None, True, 3),
+    "activation_checkpointing": ("adamw", None, True, 3),
+    "bf16_activation_checkpointing": ("adamw", torch.bfloat16, True, 3),
+    "eval_between_steps": ("sgd", None, True, 3),
     # model.to(torch.float64) after wrapping; blocks that return a dataclass; built on the
     # meta device, wrapped, to_empty(), then loaded from a full state dict
     "float64_after_wrap": ("adamw", None, True, 2),
@@ -87,6 +95,42 @@ class DataclassLM(TinyLM):
         return self.head(self.norm(x))
 
 
+class CheckpointedLM(TinyLM):
+    """TinyLM whose blocks run under activation checkpointing (recomputed in backward).
+    ``early_stop=False``: the recomputation runs the whole block, its forward hooks too
+    (by default torch stops it once the saved tensors are back, before the block ends)."""
+
+    early_stop = True
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        with torch.utils.checkpoint.set_checkpoint_early_stop(self.early_stop):
+            for block in self.blocks:
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+        return self.head(self.norm(x))
+
+
+class FullRecomputeLM(CheckpointedLM):
+    early_stop = False
+
+
+def _optimizer(name: str, kind: str, model):
+    """The scenario's optimizer and LR scheduler (None: no scheduler)."""
+    if name != "param_groups":
+        opt = make_optimizer(kind, model.parameters())
+    else:  # norms and biases without weight decay, at another lr: a common split
+        named = list(model.named_parameters())
+        decay = [p for n, p in named if n.endswith("weight") and "norm" not in n]
+        rest = [p for n, p in named if not (n.endswith("weight") and "norm" not in n)]
+        opt = torch.optim.AdamW(
+            [{"params": decay}, {"params": rest, "lr": 3e-3, "weight_decay": 0.0}],
+            lr=1e-2,
+            weight_decay=0.1,
+        )
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.5) if name == "lr_scheduler" else None
+    return opt, sched
+
+
 def _models(name: str, world: int, dtypes, reshard: bool):
     """(FSDP2's model, minidp's model): equal weights, wrapped the scenario's way."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -94,7 +138,9 @@ def _models(name: str, world: int, dtypes, reshard: bool):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     param_dtype, reduce_dtype = dtypes if isinstance(dtypes, tuple) else (dtypes, None)
-    make = DataclassLM if name == "dataclass_outputs" else TinyLM
+    make = {"dataclass_outputs": DataclassLM}.get(name, TinyLM)
+    if name.endswith("activation_checkpointing"):  # bf16: the whole block recomputed
+        make = FullRecomputeLM if name.startswith("bf16") else CheckpointedLM
     torch.manual_seed(0)
     reference = make()
     with torch.device("meta" if name == "meta_init" else "cpu"):
@@ -134,14 +180,14 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
     micro = 2 if name.endswith("accumulate") else 1
     clip = {"clip": 2.0, "clip_inf_accumulate": float("inf")}.get(name)
     norms: dict[bool, torch.Tensor] = {}  # is FSDP2's -> this step's total norm
-    opt_t = make_optimizer(opt_kind, theirs.parameters())
-    opt_m = make_optimizer(opt_kind, ours.parameters())
+    evals: dict[bool, torch.Tensor] = {}  # is FSDP2's -> this step's eval logits
+    (opt_t, sched_t), (opt_m, sched_m) = (_optimizer(name, opt_kind, m) for m in (theirs, ours))
     rows = []
     for step, (tokens, target) in enumerate(batches(rank, steps)):
         if name == "freeze_after_wrap" and step in (1, 2):
             for model in (theirs, ours):
                 model.blocks[0].fc1.requires_grad_(step == 2)  # frozen for step 1 only
-        for model, opt in ((theirs, opt_t), (ours, opt_m)):
+        for model, opt, sched in ((theirs, opt_t, sched_t), (ours, opt_m, sched_m)):
             opt.zero_grad()
             for i in range(micro):  # micro-batches: halves of the rows (one: all of them)
                 part = slice(i * len(tokens) // micro, (i + 1) * len(tokens) // micro)
@@ -155,6 +201,17 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5, norm_type=clip)
                 norms[model is theirs] = norm.full_tensor() if model is theirs else norm
             opt.step()
+            if sched is not None:
+                sched.step()
+            if name == "eval_between_steps":  # an evaluation pass between training steps
+                model.eval()
+                with torch.no_grad():
+                    evals[model is theirs] = model(tokens)
+                if model is theirs:  # FSDP2 leaves its root gathered after a forward;
+                    model.reshard()  # minidp frees every unit after a no_grad one
+                model.train()
+        if evals:
+            rows.append((step, "eval", "logits", diff(evals[False], evals[True])))
         if clip is not None:
             rows.append((step, "total norm", "clip", diff(norms[False], norms[True])))
         rows += _compare(step, theirs, ours)

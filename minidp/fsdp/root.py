@@ -109,7 +109,17 @@ class Root:
 
     # ---- forward -----------------------------------------------------------------------
 
+    def recomputing(self, unit) -> bool:
+        """A forward of ``unit`` during its own backward: activation checkpointing recomputes
+        it. The unit is gathered already and must stay so until its gradients are in (FSDP2
+        skips its forward bookkeeping in that state too). The root's forward always starts a
+        new step (``_start_step`` forgets the last backward), so only inner units recompute."""
+        return unit is not self.unit and id(unit) in self.in_backward
+
     def pre_forward(self, unit) -> None:
+        if self.recomputing(unit):
+            self.unshard(unit)
+            return
         if unit is self.unit:
             self._start_step()
         self.order.append(unit)
@@ -130,6 +140,8 @@ class Root:
             trace.complete(f"{phase} {unit.label}", start, trace.now_us(), lane="compute")
 
     def post_forward(self, unit) -> None:
+        if self.recomputing(unit):
+            return
         self._span("forward", unit)
         if not torch.is_grad_enabled():
             if unit is self.unit:  # inference: nothing stays gathered
@@ -173,6 +185,7 @@ class Root:
             self.last_order = self.order
         self.order, self.post_order = [], []
         self.backward_started = False
+        self.in_backward.clear()
         self.peak_gathered = 0
 
     # ---- backward ----------------------------------------------------------------------
