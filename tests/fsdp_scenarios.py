@@ -49,6 +49,8 @@ SCENARIOS = {
     # second also accumulates two micro-batches and clips by the max-norm (inf)
     "clip": ("adamw", None, True, 3),
     "clip_inf_accumulate": ("adamw", None, True, 3),
+    # ignored_params: the final norm left whole on each rank, never reduced (FSDP2's too)
+    "ignored_params": ("adamw", None, True, 2),
     # only the blocks wrapped: the root's parameters belong to no unit (whole on each rank,
     # not reduced, in FSDP2 too); the full state dict holds them as they are
     "root_unwrapped": ("adamw", None, True, 2),
@@ -158,10 +160,13 @@ def _models(name: str, world: int, dtypes, reshard: bool):
         policy, root_policy = {**policy, "output_dtype": torch.float32}, {}
     root = name != "root_unwrapped"
     mesh = init_device_mesh("cpu", (world,))
+    ignore = {"ignored_params": set(theirs.norm.parameters())} if name == "ignored_params" else {}
     wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(**policy), mesh=mesh,
-         root_policy=MixedPrecisionPolicy(**root_policy), wrap_root=root)  # fmt: skip
+         root_policy=MixedPrecisionPolicy(**root_policy), wrap_root=root, **ignore)  # fmt: skip
+    if ignore:
+        ignore = {"ignored_params": set(ours.norm.parameters())}
     wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(**policy),
-         root_policy=minidp.MixedPrecisionPolicy(**root_policy), wrap_root=root)  # fmt: skip
+         root_policy=minidp.MixedPrecisionPolicy(**root_policy), wrap_root=root, **ignore)  # fmt: skip
     if name == "meta_init":  # the way large models are built: no full copy on any rank
         for model in (theirs, ours):
             model.to_empty(device="cpu")

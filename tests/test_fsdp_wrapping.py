@@ -146,3 +146,11 @@ def _sync_flag(rank, world, flag):
 def test_set_requires_gradient_sync_takes_a_bool():
     with pytest.raises(WorkerError, match=r"expected True or False, got 'no'"):
         run_threads(_sync_flag, 1, "no", timeout=30)
+
+
+def test_ignored_params_must_be_parameters():
+    block = Block(4)
+    with pytest.raises(
+        TypeError, match=r"ignored_params must be a set of nn.Parameter, got Tensor"
+    ):
+        minidp.fully_shard(block, ignored_params=block.fc1.weight.detach())

@@ -53,8 +53,12 @@ def fully_shard(
     process_group=None,
     reshard_after_forward: bool = True,
     mp_policy: MixedPrecisionPolicy | None = None,
+    ignored_params: set[nn.Parameter] | None = None,
 ) -> nn.Module:
-    """Shard ``module``'s parameters (those no inner ``fully_shard`` took) across the group."""
+    """Shard ``module``'s parameters (those no inner ``fully_shard`` took) across the group.
+
+    ``ignored_params`` (FSDP2's argument): parameters this unit leaves alone — whole on every
+    rank, never gathered nor reduced (their gradients stay this rank's own)."""
     if not isinstance(module, nn.Module):
         raise TypeError(f"fully_shard: expected an nn.Module, got {type(module).__name__}")
     if unit_of(module) is not None:
@@ -62,7 +66,7 @@ def fully_shard(
             f"fully_shard: this {type(module).__name__} is wrapped already — call "
             "fully_shard once per module (submodules first, then the root)"
         )
-    names, params, locations = _owned_parameters(module)
+    names, params, locations = _owned_parameters(module, _ids(ignored_params))
     _check_not_taken(module, names, params)
     _check_dense(module)
     dtypes = {p.dtype for p in params}
@@ -102,13 +106,29 @@ def set_requires_gradient_sync(
             unit.reduce_grads = requires_gradient_sync
 
 
-def _owned_parameters(module: nn.Module):
-    """Parameters under ``module`` outside wrapped submodules: names, params, locations."""
+def _ids(ignored_params) -> set[int]:
+    if ignored_params is None:
+        return set()
+    if isinstance(ignored_params, torch.Tensor) or not all(
+        isinstance(p, nn.Parameter) for p in ignored_params
+    ):
+        raise TypeError(
+            "fully_shard: ignored_params must be a set of nn.Parameter, got "
+            f"{type(ignored_params).__name__} — e.g. set(model.norm.parameters())"
+        )
+    return {id(p) for p in ignored_params}
+
+
+def _owned_parameters(module: nn.Module, ignored: set[int] = frozenset()):
+    """Parameters under ``module`` outside wrapped submodules and ``ignored``: names, params,
+    locations."""
     names, params, locations, index = [], [], [], {}
     stack = [("", module)]
     while stack:
         prefix, m = stack.pop(0)
         for attr, p in m.named_parameters(recurse=False, remove_duplicate=False):
+            if id(p) in ignored:
+                continue
             if id(p) not in index:
                 index[id(p)] = len(params)
                 names.append(prefix + attr)
