@@ -160,13 +160,16 @@ def _models(name: str, world: int, dtypes, reshard: bool):
         policy, root_policy = {**policy, "output_dtype": torch.float32}, {}
     root = name != "root_unwrapped"
     mesh = init_device_mesh("cpu", (world,))
-    ignore = {"ignored_params": set(theirs.norm.parameters())} if name == "ignored_params" else {}
+
+    def ignore(model) -> dict:
+        return {"ignored_params": set(model.norm.parameters())} if name == "ignored_params" else {}
+
     wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(**policy), mesh=mesh,
-         root_policy=MixedPrecisionPolicy(**root_policy), wrap_root=root, **ignore)  # fmt: skip
-    if ignore:
-        ignore = {"ignored_params": set(ours.norm.parameters())}
+         root_policy=MixedPrecisionPolicy(**root_policy), wrap_root=root,
+         **ignore(theirs))  # fmt: skip
     wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(**policy),
-         root_policy=minidp.MixedPrecisionPolicy(**root_policy), wrap_root=root, **ignore)  # fmt: skip
+         root_policy=minidp.MixedPrecisionPolicy(**root_policy), wrap_root=root,
+         **ignore(ours))  # fmt: skip
     if name == "meta_init":  # the way large models are built: no full copy on any rank
         for model in (theirs, ours):
             model.to_empty(device="cpu")
