@@ -52,8 +52,10 @@ def _norm_order(func, args, kwargs) -> float | None:
         return None
     p = kwargs.get("ord", kwargs.get("p", args[1] if len(args) > 1 else 2))
     dim = kwargs.get("dim", args[2] if len(args) > 2 else None)
+    if p == "fro" and dim is None:  # Tensor.norm()'s default: the 2-norm of every element
+        p = 2
     if dim is not None or isinstance(p, str) or p is None:
-        return None  # a norm along a dimension, or 'fro'/'nuc': rank-local (see to_local)
+        return None  # a norm along a dimension, or 'nuc': rank-local (see to_local)
     return float(p)
 
 

@@ -1,0 +1,195 @@
+# %% [markdown]
+# # Lesson 32 — clipping and accumulation when the gradients are sharded
+#
+# Run: `python lessons/32_clip_and_accumulate_sharded.py`
+#
+# Two moves every real training loop makes, and what sharding does to them:
+#
+# * **`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`** scales every
+#   gradient by `max_norm / ‖g‖` when the norm is too large. ‖g‖ is the norm of *all*
+#   gradients together. Under FSDP each rank holds only its rows of each gradient, so
+#   the norm it can compute alone is a *part* of the norm. If every rank clipped by its
+#   own part, the ranks would scale by different factors and their replicas would drift
+#   apart — silently. FSDP2's gradients are DTensors: the norm of a sharded DTensor is a
+#   partial value, turned into the global one (`x**p`, all-reduce sum, `x**(1/p)`) before
+#   it is used. minidp's shard gradients do the same (`minidp/fsdp/grad.py`).
+# * **gradient accumulation**: several micro-batches' backwards, one step. Each backward
+#   under FSDP reduce-scatters; `model.set_requires_gradient_sync(False)` (FSDP2's name;
+#   DDP's `no_sync` in lesson 13) keeps the unsharded gradients instead, and only the last
+#   micro-batch's backward reduce-scatters the sum.
+
+# %%
+import warnings
+
+import kit
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import minidp
+from minidp.fsdp import traffic
+
+WORLD, MAX_NORM = 2, 0.5
+# FSDP2 warns that a Linear's 3-d output is a view (about in-place ops we do not do)
+warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
+VOCAB, DIM = 13, kit.pick(32, 10)
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(DIM)
+        self.fc = nn.Linear(DIM, DIM)
+
+    def forward(self, x):
+        return x + self.fc(F.gelu(self.norm(x)))
+
+
+class TinyLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.blocks = nn.ModuleList(Block() for _ in range(2))
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def shard(model, fully_shard, **kw):
+    for block in model.blocks:
+        fully_shard(block, **kw)
+    return fully_shard(model, **kw)
+
+
+def loss_of(model, tokens):
+    return F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+
+
+# %% [markdown]
+# ## 1. The norm of a shard is not the norm
+# One backward on 2 ranks; then each rank's norm of its own rows (`to_local()`: the
+# plain shard), the global norm `clip_grad_norm_` returns on minidp's shards, and — the
+# reference — the norm of the full averaged gradients of torch's DDP on the same data.
+
+
+# %%
+def clip_lesson(rank: int, world: int) -> dict:
+    torch.manual_seed(0)
+    data = torch.randint(0, VOCAB, (4, 9), generator=torch.Generator().manual_seed(rank))
+    out = {}
+    model = shard(TinyLM(), minidp.fully_shard)
+    loss_of(model, data).backward()
+    grads = [p.grad for p in model.parameters()]
+    out["local"] = torch.linalg.vector_norm(torch.stack([g.to_local().norm() for g in grads]))
+    out["global"] = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+    out["clipped"] = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+    torch.manual_seed(0)
+    ddp = torch.nn.parallel.DistributedDataParallel(TinyLM())
+    loss_of(ddp, data).backward()
+    out["ddp"] = torch.nn.utils.clip_grad_norm_(ddp.parameters(), MAX_NORM)
+    if not kit.why_no_fsdp2():
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        torch.manual_seed(0)
+        theirs = shard(TinyLM(), fully_shard, mesh=init_device_mesh("cpu", (world,)))
+        loss_of(theirs, data).backward()
+        out["fsdp2"] = torch.nn.utils.clip_grad_norm_(theirs.parameters(), MAX_NORM)
+        out["fsdp2"] = out["fsdp2"].full_tensor()
+    return out
+
+
+if __name__ == "__main__":
+    kit.title("Lesson 32: clipping and accumulation with sharded gradients")
+    res = kit.spawn(clip_lesson, WORLD)
+    for rank, r in enumerate(res):
+        print(f"  rank {rank}: norm of its own shard {r['local'].item():.6f}, global norm "
+              f"{r['global'].item():.6f}, torch DDP's {r['ddp'].item():.6f}")  # fmt: skip
+    kit.check_true(
+        "each rank alone sees only part of the norm (the parts differ)",
+        res[0]["local"].item() != res[1]["local"].item()
+        and all(r["local"] < r["global"] for r in res),
+    )
+    kit.check("clip_grad_norm_ returns the same global norm on every rank", res[0]["global"],
+              res[1]["global"])  # fmt: skip
+    # not bit for bit: DDP's norm sums the squares in one tensor, the sharded norm per rank
+    # then across ranks: another order of additions (measured ~1e-7 relative)
+    kit.check("the global norm is torch DDP's (full gradients)", res[0]["global"],
+              res[0]["ddp"], exact=False, rtol=1e-6, atol=0.0)  # fmt: skip
+    kit.check_true(
+        f"after clipping the norm is max_norm ({MAX_NORM}) on every rank",
+        all(abs(r["clipped"].item() - MAX_NORM) < 1e-5 for r in res),
+    )
+    if "fsdp2" in res[0]:
+        kit.check("the global norm is FSDP2's (DTensor)", [r["global"] for r in res],
+                  [r["fsdp2"] for r in res])  # fmt: skip
+
+# %% [markdown]
+# ## 2. Accumulating without a reduce-scatter per micro-batch
+# Two micro-batches per step. With sync on every backward, each micro-batch's backward
+# reduce-scatters; with `set_requires_gradient_sync(False)` for the first, only the last
+# one does — the bytes are measured — and the weights are FSDP2's, bit for bit.
+
+
+# %%
+def accumulate_lesson(rank: int, world: int) -> dict:
+    g = torch.Generator().manual_seed(10 + rank)
+    micro = [torch.randint(0, VOCAB, (2, 9), generator=g) for _ in range(2)]
+    out = {}
+    for how in ("sync every backward", "sync the last only"):
+        torch.manual_seed(0)
+        model = shard(TinyLM(), minidp.fully_shard)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        for step in range(2):
+            before = traffic(model).sent_bytes if step else 0
+            for i, tokens in enumerate(micro):
+                if how == "sync the last only":
+                    model.set_requires_gradient_sync(i == len(micro) - 1)
+                loss_of(model, tokens).backward()
+            opt.step()
+            opt.zero_grad()
+        out[how] = {
+            "bytes": traffic(model).sent_bytes - before,  # the second step's
+            "weights": minidp.fsdp.full_state_dict(model),
+        }
+    if not kit.why_no_fsdp2():
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        torch.manual_seed(0)
+        theirs = shard(TinyLM(), fully_shard, mesh=init_device_mesh("cpu", (world,)))
+        opt = torch.optim.AdamW(theirs.parameters(), lr=1e-2)
+        for _ in range(2):
+            for i, tokens in enumerate(micro):
+                theirs.set_requires_gradient_sync(i == len(micro) - 1)
+                loss_of(theirs, tokens).backward()
+            opt.step()
+            opt.zero_grad()
+        out["fsdp2"] = {n: p.full_tensor().detach() for n, p in theirs.named_parameters()}
+    return out
+
+
+if __name__ == "__main__":
+    acc = kit.spawn(accumulate_lesson, WORLD)
+    every, last = acc[0]["sync every backward"], acc[0]["sync the last only"]
+    print(f"  bytes sent per step: sync every backward {every['bytes']:,}, "
+          f"the last only {last['bytes']:,}")  # fmt: skip
+    kit.check_true("skipping the first reduce-scatter sends fewer bytes",
+                   last["bytes"] < every["bytes"])  # fmt: skip
+    if "fsdp2" in acc[0]:
+        for rank, r in enumerate(acc):
+            kit.check(f"rank {rank}: set_requires_gradient_sync accumulation = FSDP2's",
+                      r["sync the last only"]["weights"], r["fsdp2"])  # fmt: skip
+    else:
+        print(f"  (FSDP2 skipped: {kit.why_no_fsdp2()})")
+    kit.done()
+
+# %% [markdown]
+# Both sums are the same mathematics, not the same bits: reducing every micro-batch adds
+# two averages, reducing once averages one sum. Clipping then sees the global norm on every
+# rank, so every rank scales by the same factor. Next: `tests/training_matrix.py` lists
+# every wrapper × every ordinary move and the test that checks it against torch.
