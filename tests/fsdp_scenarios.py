@@ -73,6 +73,18 @@ SCENARIOS = {
 }
 
 
+# A real loop does several things at once: these scenarios combine moves (bf16 policy).
+COMBINED = {
+    "bf16_combined": {"frozen_norms", "freeze_after_wrap", "clip", "lr_scheduler",
+                      "param_groups", "eval_between_steps", "dataclass_outputs"},
+    "bf16_meta_accumulate_clip": {"meta_init", "no_sync_accumulate", "clip"},
+}  # fmt: skip
+SCENARIOS.update(
+    bf16_combined=("adamw", torch.bfloat16, True, 3),
+    bf16_meta_accumulate_clip=("adamw", torch.bfloat16, True, 3),
+)
+
+
 @dataclasses.dataclass
 class BlockOutput:
     hidden: torch.Tensor
@@ -116,9 +128,9 @@ class FullRecomputeLM(CheckpointedLM):
     early_stop = False
 
 
-def _optimizer(name: str, kind: str, model):
+def _optimizer(moves: set[str], kind: str, model):
     """The scenario's optimizer and LR scheduler (None: no scheduler)."""
-    if name != "param_groups":
+    if "param_groups" not in moves:
         opt = make_optimizer(kind, model.parameters())
     else:  # norms and biases without weight decay, at another lr: a common split
         named = list(model.named_parameters())
@@ -129,40 +141,42 @@ def _optimizer(name: str, kind: str, model):
             lr=1e-2,
             weight_decay=0.1,
         )
-    sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.5) if name == "lr_scheduler" else None
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.5) if "lr_scheduler" in moves else None
     return opt, sched
 
 
-def _models(name: str, world: int, dtypes, reshard: bool):
+def _models(moves: set[str], world: int, dtypes, reshard: bool):
     """(FSDP2's model, minidp's model): equal weights, wrapped the scenario's way."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     param_dtype, reduce_dtype = dtypes if isinstance(dtypes, tuple) else (dtypes, None)
-    make = {"dataclass_outputs": DataclassLM}.get(name, TinyLM)
-    if name.endswith("activation_checkpointing"):  # bf16: the whole block recomputed
-        make = FullRecomputeLM if name.startswith("bf16") else CheckpointedLM
+    make = DataclassLM if "dataclass_outputs" in moves else TinyLM
+    if "activation_checkpointing" in moves:
+        make = CheckpointedLM
+    if "bf16_activation_checkpointing" in moves:  # the whole block recomputed
+        make = FullRecomputeLM
     torch.manual_seed(0)
     reference = make()
-    with torch.device("meta" if name == "meta_init" else "cpu"):
+    with torch.device("meta" if "meta_init" in moves else "cpu"):
         theirs, ours = make(), make()
-    if name != "meta_init":
+    if "meta_init" not in moves:
         theirs.load_state_dict(reference.state_dict())
         ours.load_state_dict(reference.state_dict())
-    if name == "frozen_norms":
+    if "frozen_norms" in moves:
         for model in (theirs, ours):
             for block in model.blocks:
                 block.norm.requires_grad_(False)
     policy = {"param_dtype": param_dtype, "reduce_dtype": reduce_dtype}
     root_policy = policy
-    if name == "bf16_blocks_only":
+    if "bf16_blocks_only" in moves:
         policy, root_policy = {**policy, "output_dtype": torch.float32}, {}
-    root = name != "root_unwrapped"
+    root = "root_unwrapped" not in moves
     mesh = init_device_mesh("cpu", (world,))
 
     def ignore(model) -> dict:
-        return {"ignored_params": set(model.norm.parameters())} if name == "ignored_params" else {}
+        return {"ignored_params": set(model.norm.parameters())} if "ignored_params" in moves else {}
 
     wrap(theirs, fully_shard, reshard, MixedPrecisionPolicy(**policy), mesh=mesh,
          root_policy=MixedPrecisionPolicy(**root_policy), wrap_root=root,
@@ -170,13 +184,13 @@ def _models(name: str, world: int, dtypes, reshard: bool):
     wrap(ours, minidp.fully_shard, reshard, minidp.MixedPrecisionPolicy(**policy),
          root_policy=minidp.MixedPrecisionPolicy(**root_policy), wrap_root=root,
          **ignore(ours))  # fmt: skip
-    if name == "meta_init":  # the way large models are built: no full copy on any rank
+    if "meta_init" in moves:  # the way large models are built: no full copy on any rank
         for model in (theirs, ours):
             model.to_empty(device="cpu")
         full = StateDictOptions(full_state_dict=True)
         set_model_state_dict(theirs, reference.state_dict(), options=full)
         load_full_state_dict(ours, reference.state_dict())
-    if name == "float64_after_wrap":
+    if "float64_after_wrap" in moves:
         theirs.to(torch.float64), ours.to(torch.float64)
     return theirs, ours
 
@@ -184,25 +198,28 @@ def _models(name: str, world: int, dtypes, reshard: bool):
 def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
     """Train FSDP2 and minidp side by side; return (step, tensor, what, max |diff|) rows."""
     opt_kind, dtypes, reshard, steps = SCENARIOS[name]
-    theirs, ours = _models(name, world, dtypes, reshard)
-    micro = 2 if name.endswith("accumulate") else 1
-    clip = {"clip": 2.0, "clip_inf_accumulate": float("inf")}.get(name)
+    moves = COMBINED.get(name, {name})
+    theirs, ours = _models(moves, world, dtypes, reshard)
+    micro = 2 if any(m.endswith("accumulate") for m in moves) else 1
+    clip = 2.0 if "clip" in moves else float("inf") if "clip_inf_accumulate" in moves else None
     norms: dict[bool, torch.Tensor] = {}  # is FSDP2's -> this step's total norm
     evals: dict[bool, torch.Tensor] = {}  # is FSDP2's -> this step's eval logits
-    (opt_t, sched_t), (opt_m, sched_m) = (_optimizer(name, opt_kind, m) for m in (theirs, ours))
+    (opt_t, sched_t), (opt_m, sched_m) = (_optimizer(moves, opt_kind, m) for m in (theirs, ours))
     rows = []
     for step, (tokens, target) in enumerate(batches(rank, steps)):
-        if name == "freeze_after_wrap" and step in (1, 2):
+        if "freeze_after_wrap" in moves and step in (1, 2):
             for model in (theirs, ours):
                 model.blocks[0].fc1.requires_grad_(step == 2)  # frozen for step 1 only
         for model, opt, sched in ((theirs, opt_t, sched_t), (ours, opt_m, sched_m)):
             opt.zero_grad()
             for i in range(micro):  # micro-batches: halves of the rows (one: all of them)
                 part = slice(i * len(tokens) // micro, (i + 1) * len(tokens) // micro)
-                if "no_sync" in name:  # reduce-scatter only in the last micro-batch
+                if any(
+                    "no_sync" in m for m in moves
+                ):  # reduce-scatter only in the last micro-batch
                     model.set_requires_gradient_sync(i == micro - 1)
                 loss = loss_fn(model, tokens[part], target[part])
-                if name == "retain_graph":
+                if "retain_graph" in moves:
                     loss.backward(retain_graph=True)
                 loss.backward()
             if clip is not None:  # max_norm below the norms seen: every step clips
@@ -211,7 +228,7 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
             opt.step()
             if sched is not None:
                 sched.step()
-            if name == "eval_between_steps":  # an evaluation pass between training steps
+            if "eval_between_steps" in moves:  # an evaluation pass between training steps
                 model.eval()
                 with torch.no_grad():
                     evals[model is theirs] = model(tokens)
@@ -244,3 +261,35 @@ def _compare(step: int, theirs, ours) -> list[tuple]:
 def _local(t: torch.Tensor | None) -> torch.Tensor | None:
     """This rank's plain tensor: a DTensor's or ShardedGrad's local part; None stays None."""
     return t.to_local() if hasattr(t, "to_local") else t
+
+
+def trained_full_state(rank: int, world: int) -> dict[str, torch.Tensor]:
+    """minidp FSDP trained 2 steps at this world; the full state dict (the same on every
+    rank), for another world size to resume from."""
+    _, ours = _models({"adamw"}, world, None, True)
+    opt = make_optimizer("adamw", ours.parameters())
+    for tokens, target in batches(rank, 2):
+        opt.zero_grad()
+        loss_fn(ours, tokens, target).backward()
+        opt.step()
+    return full_state_dict(ours)
+
+
+def resume_at(rank: int, world: int, state: dict[str, torch.Tensor]) -> list[tuple]:
+    """Load a full state dict saved at another world size into FSDP2 and into minidp at
+    this one, then train both 2 steps (fresh optimizers): (step, tensor, what, diff) rows."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    theirs, ours = _models({"adamw"}, world, None, True)
+    full = StateDictOptions(full_state_dict=True)  # (it replaces the dict's values: a copy)
+    set_model_state_dict(theirs, dict(state), options=full)
+    load_full_state_dict(ours, state)
+    rows = _compare(-1, theirs, ours)  # right after loading
+    opts = [make_optimizer("adamw", m.parameters()) for m in (theirs, ours)]
+    for step, (tokens, target) in enumerate(batches(rank + 10, 2)):
+        for model, opt in zip((theirs, ours), opts):
+            opt.zero_grad()
+            loss_fn(model, tokens, target).backward()
+            opt.step()
+        rows += _compare(step, theirs, ours)
+    return rows

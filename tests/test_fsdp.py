@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fsdp_scenarios import SCENARIOS, run_scenario
+from fsdp_scenarios import SCENARIOS, resume_at, run_scenario, trained_full_state
 from helpers import FSDP2_UNUSABLE, gloo_all_reduce
 from test_fsdp_support import BLOCKS as BLOCKS_IN_LM
 from test_fsdp_support import (
@@ -125,6 +125,16 @@ def test_gloo_order_reduce_scatter_is_bit_exact(world):
     """Sizes where gloo's chunks are empty, ragged, and several segments long."""
     sizes = [1, 5, 17, 1001, 40000]
     assert run_threads(_reduce_scatter_vs_gloo, world, sizes) == [[]] * world
+
+
+@needs_fsdp2
+def test_full_state_dict_saved_at_two_ranks_resumes_at_three_like_fsdp2(process_world):
+    """W -> W': the full state dict of a 2-rank run loads into 3-rank FSDP2 and minidp
+    (13 rows: 5, 5, 3 per rank), equal right after loading and for 2 more steps."""
+    state = process_world(2).run(trained_full_state)[0]
+    for rank, rows in enumerate(process_world(3).run(resume_at, state)):
+        diffs = [r for r in rows if r[3] != 0.0]
+        assert rows and diffs == [], f"rank {rank}: (step, param, what, max |diff|): {diffs[:5]}"
 
 
 def test_state_dicts_round_trip(process_world):

@@ -57,11 +57,16 @@ FSDP = {
     "state dict round trip": Cell(
         "equal", "tests/test_fsdp.py::test_state_dicts_round_trip", "sharded and full"
     ),
-    "W→W′ resharding": Cell("open", note="full state dict loads at any world; not yet tested"),
+    "W→W′ resharding": Cell(
+        "equal",
+        "tests/test_fsdp.py::test_full_state_dict_saved_at_two_ranks_resumes_at_three_like_fsdp2",
+        "full state dict saved at 2 ranks, resumed at 3",
+    ),
     "tied weights": Cell(
-        "refused",
-        "tests/test_fsdp_wrapping.py::test_weight_tied_across_two_units_is_refused_like_fsdp2",
-        "across units: FSDP2's ValueError; within a unit every scenario ties emb/head",
+        "equal",
+        _fsdp2("adamw"),
+        "within a unit (every scenario ties emb/head); across two units refused with FSDP2's "
+        "ValueError (test_fsdp_wrapping.py)",
     ),
     "frozen before wrapping": Cell("equal", _fsdp2("frozen_norms"), "mixed frozen/trainable unit"),
     "frozen after wrapping": Cell("equal", _fsdp2("freeze_after_wrap"), "frozen, then unfrozen"),
@@ -80,6 +85,20 @@ FSDP_MIXED = {
         "equal", _fsdp2("bf16_no_sync_accumulate"), "also fp32 reduce_dtype"
     ),
     "dtype moves": Cell("equal", _fsdp2("bf16_blocks_only"), "fp32 inputs cast, output_dtype"),
+    "tied weights": Cell("equal", _fsdp2("bf16"), "emb/head tied within the root unit"),
+    "meta init": Cell("equal", _fsdp2("bf16_meta_accumulate_clip"), "with no_sync and clip"),
+    **dict.fromkeys(
+        [
+            "clip_grad_norm_",
+            "LR scheduler",
+            "param groups",
+            "frozen before wrapping",
+            "frozen after wrapping",
+            "eval / no_grad between steps",
+            "non-tensor outputs",
+        ],
+        Cell("equal", _fsdp2("bf16_combined"), "all seven in one loop"),
+    ),
     "activation checkpointing": Cell(
         "equal", _fsdp2("bf16_activation_checkpointing"), "the whole block recomputed"
     ),
@@ -103,6 +122,12 @@ def table() -> str:
     for row in ROWS:
         marks = [every[row, col].mark() if (row, col) in every else "?" for col in COLUMNS]
         lines.append(f"| {row} | " + " | ".join(marks) + " |")
+    lines.append("")
+    for row in ROWS:  # what is not ✓, and why
+        for col in COLUMNS:
+            cell = every.get((row, col))
+            if cell is not None and cell.kind != "equal":
+                lines.append(f"- {row} / {col}: {cell.mark()} — {cell.note}")
     return "\n".join(lines)
 
 
