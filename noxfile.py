@@ -54,7 +54,10 @@ def _counts(junit: pathlib.Path) -> dict[str, int]:
 
 def _make_tests_session(version: str):
     def tests(session: nox.Session) -> None:
-        session.install(f"torch=={version}", "-e", ".[dev]")
+        # uv does not compile .pyc files by default (pip does): where PYTHONDONTWRITEBYTECODE
+        # is set, every process then compiles torch's Python again at import — measured:
+        # the suite took twice as long (9:43 against 5:00 for the same tests)
+        session.install(f"torch=={version}", "-e", ".[dev]", env={"UV_COMPILE_BYTECODE": "1"})
         installed = session.run(
             "python", "-c", "import torch; print(torch.__version__)", silent=True
         )

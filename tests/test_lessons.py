@@ -1,7 +1,7 @@
 """Every lesson runs in fast mode and its own checks pass.
 
 Run: ``pytest tests/test_lessons.py`` (every lesson as a script, about 2 minutes on 2 cores)
-and ``pytest -m notebook tests/test_lessons.py`` (every lesson as a notebook, about 3).
+and ``pytest -m notebook tests/test_lessons.py`` (every lesson as a notebook, about 2).
 
 The lessons are started all at once, two at a time (``MINIDP_LESSON_FAST=1``), in one of two
 forms: as a subprocess exactly as a learner runs it (``python lessons/NN_name.py``), or as a
