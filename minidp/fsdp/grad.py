@@ -80,7 +80,9 @@ class ShardedGrad(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         # with subclass dispatch off, results come back plain, and an in-place op (the
-        # ``grad += g`` of accumulation, clipping's ``mul_``) returns this same ShardedGrad
+        # ``grad += g`` of accumulation, clipping's ``mul_``) returns this same ShardedGrad.
+        # (torch._C.DisableTorchFunctionSubclass is the idiom torch's own "extending torch"
+        # notes give for a __torch_function__ that calls the real op; no public alias exists.)
         with torch._C.DisableTorchFunctionSubclass():
             result = func(*args, **kwargs)
         p = _norm_order(func, args, kwargs)
