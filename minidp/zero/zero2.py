@@ -50,7 +50,6 @@ tests/test_zero2_train.py tests/test_zero2_state.py``
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -59,16 +58,9 @@ import torch
 from minidp.comm import all_gather, broadcast, reduce_scatter
 from minidp.comm import group as groups
 from minidp.ddp.buckets import MB, compute_bucket_assignment_by_size
-from minidp.zero import checks, zero2_hooks
-from minidp.zero.objects import broadcast_object
+from minidp.zero import checks, zero2_hooks, zero2_state
 from minidp.zero.zero2_layout import Bucket
-from minidp.zero.zero2_state import (
-    check_groups,
-    copy_options,
-    gather_state,
-    indexed_groups,
-    slice_state,
-)
+from minidp.zero.zero2_state import copy_options
 
 WHO = "Zero2Optimizer"
 
@@ -292,49 +284,18 @@ class Zero2Optimizer(torch.optim.Optimizer):
         zero2_hooks.detach(self, self.params, self._hooks)
         self._hooks = []
 
-    # -- checkpoints ----------------------------------------------------------------------
-    def _local_pieces(self) -> list:
-        """Pieces in the local optimizer's parameter order (the same on every rank)."""
-        return [self._where[id(p)][1] for pg in self.param_groups for p in pg["params"]
-                if p.requires_grad]  # fmt: skip
-
+    # -- checkpoints (zero2_state.py) ----------------------------------------------------
     def consolidate_state_dict(self, to: int = 0) -> None:
         """Collect every rank's rows of the optimizer state on rank ``to`` (call on every rank)."""
-        copy_options(self.param_groups, self.optim.param_groups)
-        # A copy: the live state dict holds this rank's state tensors, which later steps update.
-        mine = copy.deepcopy(self.optim.state_dict())
-        g = self.process_group
-        states = [broadcast_object(mine, r, g) for r in range(self.world_size)]
-        self._all_state_dicts = states if self.rank == to else []
+        zero2_state.consolidate(self, to)
 
     def state_dict(self) -> dict:
         """The whole optimizer state in torch's format (after ``consolidate_state_dict``).
 
         Independent of the world size: ``load_state_dict`` takes it at any number of ranks.
         """
-        if not getattr(self, "_all_state_dicts", None):
-            raise RuntimeError(
-                f"{WHO}: expected consolidate_state_dict(to={self.rank}) on every rank before "
-                f"state_dict() on rank {self.rank}, got no consolidated state here. Hint: call "
-                "opt.consolidate_state_dict(to=0) on all ranks, then opt.state_dict() on rank 0"
-            )
-        all_params = [p for pg in self.param_groups for p in pg["params"]]
-        index = {id(p): i for i, p in enumerate(all_params)}
-        state = gather_state(self._local_pieces(), self._all_state_dicts, index)
-        return {"state": state, "param_groups": indexed_groups(self.param_groups, lambda p: True)}
+        return zero2_state.full_state(self, WHO)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a ``state_dict()`` saved at any world size; each rank keeps its own rows."""
-        saved = state_dict["param_groups"]
-        check_groups(WHO, saved, [len(pg["params"]) for pg in self.param_groups])
-        all_params = [p for pg in self.param_groups for p in pg["params"]]
-        local = {id(piece.param): i for i, piece in enumerate(self._local_pieces())}
-        state = {}
-        for i, value in state_dict["state"].items():
-            p = all_params[int(i)]
-            if id(p) in local:
-                state[local[id(p)]] = slice_state(self._where[id(p)][1], self.rank, value)
-        for mine, theirs in zip(self.param_groups, saved):
-            mine.update({k: v for k, v in theirs.items() if k != "params"})
-        local_groups = indexed_groups(self.param_groups, lambda p: p.requires_grad)
-        self.optim.load_state_dict({"state": state, "param_groups": local_groups})
+        zero2_state.load(self, state_dict, WHO)

@@ -13,15 +13,20 @@ checkpoint does not depend on the world size: save at ``W`` ranks, load at ``W'`
   this rank's rows. A 0-d parameter's state is also 0-d, so there the key decides: every
   key but ``"step"`` is per-element (true of SGD, Adam and AdamW).
 
+* :func:`consolidate`, :func:`full_state`, :func:`load`: ``Zero2Optimizer``'s
+  ``consolidate_state_dict``, ``state_dict`` and ``load_state_dict``, built on the two.
+
 Test: ``pytest tests/test_zero2_state.py``
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
 
+from minidp.zero.objects import broadcast_object
 from minidp.zero.zero2_layout import Piece, as_rows
 
 
@@ -94,3 +99,50 @@ def copy_options(src: list[dict], dst: list[dict]) -> None:
     how an LR scheduler's ``lr`` on the outer groups reaches the local optimizer, and back."""
     for s, d in zip(src, dst):
         d.update({k: v for k, v in s.items() if k != "params"})
+
+
+def _local_pieces(opt) -> list:
+    """Pieces in the local optimizer's parameter order (the same on every rank)."""
+    return [opt._where[id(p)][1] for pg in opt.param_groups for p in pg["params"]
+            if p.requires_grad]  # fmt: skip
+
+
+def consolidate(opt, to: int) -> None:
+    """Every rank's local optimizer state, kept on rank ``to`` (a collective)."""
+    copy_options(opt.param_groups, opt.optim.param_groups)
+    # A copy: the live state dict holds this rank's state tensors, which later steps update.
+    mine = copy.deepcopy(opt.optim.state_dict())
+    g = opt.process_group
+    states = [broadcast_object(mine, r, g) for r in range(opt.world_size)]
+    opt._all_state_dicts = states if opt.rank == to else []
+
+
+def full_state(opt, who: str) -> dict:
+    """The consolidated state in torch's whole-tensor format (on the consolidating rank)."""
+    if not getattr(opt, "_all_state_dicts", None):
+        raise RuntimeError(
+            f"{who}: expected consolidate_state_dict(to={opt.rank}) on every rank before "
+            f"state_dict() on rank {opt.rank}, got no consolidated state here. Hint: call "
+            "opt.consolidate_state_dict(to=0) on all ranks, then opt.state_dict() on rank 0"
+        )
+    all_params = [p for pg in opt.param_groups for p in pg["params"]]
+    index = {id(p): i for i, p in enumerate(all_params)}
+    state = gather_state(_local_pieces(opt), opt._all_state_dicts, index)
+    return {"state": state, "param_groups": indexed_groups(opt.param_groups, lambda p: True)}
+
+
+def load(opt, state_dict: dict, who: str) -> None:
+    """Each rank takes its own rows of a whole-tensor state saved at any world size."""
+    saved = state_dict["param_groups"]
+    check_groups(who, saved, [len(pg["params"]) for pg in opt.param_groups])
+    all_params = [p for pg in opt.param_groups for p in pg["params"]]
+    local = {id(piece.param): i for i, piece in enumerate(_local_pieces(opt))}
+    state = {}
+    for i, value in state_dict["state"].items():
+        p = all_params[int(i)]
+        if id(p) in local:
+            state[local[id(p)]] = slice_state(opt._where[id(p)][1], opt.rank, value)
+    for mine, theirs in zip(opt.param_groups, saved):
+        mine.update({k: v for k, v in theirs.items() if k != "params"})
+    local_groups = indexed_groups(opt.param_groups, lambda p: p.requires_grad)
+    opt.optim.load_state_dict({"state": state, "param_groups": local_groups})
