@@ -65,6 +65,9 @@ class FSDPUnit:
         self.full: list[nn.Parameter] = []  # created at the first gather
         self.is_unsharded = False
         self.reduce_grads = True  # False: keep the gradients unsharded, no reduce-scatter
+        # per parameter: unreduced gradients of earlier backwards in a wider dtype than the
+        # parameter's (FSDP2 <= 2.14's "accumulated grad"), else None
+        self.kept: list[torch.Tensor | None] = [None] * len(params)
         self.root = None  # the Root coordinating this unit's model, set at the first forward
         self.pending = 0  # gradients still to arrive in this backward
         self.hooks: list = []  # post-accumulate-grad hooks on the full parameters
@@ -135,6 +138,7 @@ class FSDPUnit:
         if now == self.requires_grad:
             return False
         self.requires_grad = now
+        self.kept = [None] * len(self.kept)  # indexed by trainable position: that changed
         for p, rg in zip(self.full, now):
             p.requires_grad_(rg)
             p.grad = None
@@ -181,30 +185,43 @@ class FSDPUnit:
                         f"fully_shard: {self.names[len(grads)]} got a {p.grad.layout} gradient "
                         "but FSDP reduce-scatters dense gradients only — use sparse=False"
                     )
-                grads.append(p.grad)
+                i = len(grads)
+                kept, self.kept[i] = self.kept[i], None
+                if kept is not None and p.grad is not None:
+                    kept += p.grad  # this backward's, onto the wider earlier ones
+                grads.append(p.grad if kept is None else kept)
                 p.grad = None
         return grads
 
     def prepare_grads(self) -> None:
         """This unit's backward starts: the dtype autograd sums its gradients in (FSDP2's
         ``grad_dtype`` rule of the installed torch, ``policy.py``)."""
+        if not NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE:
+            return  # up to 2.14 autograd sums in the parameters' dtype
         for p, rg in zip(self.full, self.requires_grad):
             if rg:
                 wide = accumulation_dtype(self.mp, self.param_dtype, self.dtype)
                 starts = not self.reduce_grads and p.grad is None
-                sums_wide = NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE and starts
-                p.grad_dtype = wide if sums_wide and wide != self.param_dtype else None
+                p.grad_dtype = wide if starts and wide != self.param_dtype else None
 
     def keep_grads(self) -> None:
         """A backward without gradient sync ended for this unit: its full gradients stay on
         the full parameters (freeing the unit frees the parameters' storage, not the
         gradients), in FSDP2's accumulation dtype, and the next backward adds to them."""
-        for p, rg in zip(self.full, self.requires_grad):
-            if rg and p.grad is not None:
-                dtype = accumulation_dtype(self.mp, p.grad.dtype, self.dtype)
-                if p.grad.dtype != dtype:
-                    p.grad_dtype = None  # let the gradient be wider than the parameter
-                    p.grad = p.grad.to(dtype)
+        trainable = [p for p, rg in zip(self.full, self.requires_grad) if rg]
+        for i, p in enumerate(trainable):
+            if p.grad is None:
+                continue
+            dtype = accumulation_dtype(self.mp, p.grad.dtype, self.dtype)
+            if NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE and p.grad.dtype != dtype:  # torch >= 2.15
+                p.grad_dtype = None  # the wider gradient stays on the parameter, as FSDP2's
+                p.grad = p.grad.to(dtype)
+            elif p.grad.dtype != dtype:  # aside, as FSDP2 did (and .grad must match p's dtype)
+                if self.kept[i] is None:
+                    self.kept[i] = p.grad.to(dtype)
+                else:
+                    self.kept[i] += p.grad
+                p.grad = None
 
     def reduce(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """Reduce-scatter the gradients: this rank's ``(T_grad,)`` average, original dtype."""
