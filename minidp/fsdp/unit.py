@@ -105,7 +105,7 @@ class FSDPUnit:
         changed = False
         for i, places in enumerate(self.locations):
             module, attr = places[0]
-            held, pad, mine = module._parameters[attr], self.padded[i], self.sharded[i]
+            held, pad, mine = getattr(module, attr), self.padded[i], self.sharded[i]
             moved = held.dtype != pad.dtype or held.device != pad.device
             if held is mine and not moved and held.data_ptr() == pad.data_ptr():
                 continue  # (a zero-row shard's pointer equals its buffer's too)
