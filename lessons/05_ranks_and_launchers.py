@@ -141,7 +141,9 @@ if __name__ == "__main__":
     env["LESSON05_REPORTS"] = reports_dir
     proc = subprocess.run(cmd + [str(LESSON)], capture_output=True, text=True, timeout=120, env=env)
     # the ranks' own tracebacks come before torchrun's summary: show both
-    assert proc.returncode == 0, f"torchrun exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-8000:]}"
+    assert proc.returncode == 0, (
+        f"torchrun exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-8000:]}"
+    )
     runs = [json.loads((Path(reports_dir) / f"rank{r}.json").read_text()) for r in range(2)]
     for rep in runs:
         e = rep["env"]
