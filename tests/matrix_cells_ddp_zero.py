@@ -3,7 +3,8 @@
 Most cells point at ``test_matrix_ddp_zero.py``: minidp's wrapper and torch's equivalent
 train side by side at 2 ranks for 3 AdamW steps with the move, ``torch.equal`` on every
 parameter after every step (the runner, ``matrix_ddp_zero_runners.py``, says which torch
-setup is each row's reference). Each row also has "combined" cases, several moves at once.
+setup is each row's reference: for ZeRO-2's no_sync, clip and frozen-after, FSDP2). Each
+row also has "combined" cases, several moves at once.
 
 Run: ``python tests/training_matrix.py``
 """
@@ -98,16 +99,17 @@ ZERO2 = {
         "test_zero2_train.py::test_accumulates_two_backwards_like_torch also vs FSDP2)",
     ),
     "no_sync / set_requires_gradient_sync": Cell(
-        "open",
-        note="Zero2Optimizer has no no_sync: every backward reduce-scatters its buckets "
-        "(accumulation adds the reduced shards); a local-accumulation mode is not offered",
+        "equal",
+        _case("zero2", "no_sync"),
+        "opt.no_sync() / opt.set_requires_gradient_sync(False) vs FSDP2 "
+        "reshard_after_forward=False with set_requires_gradient_sync(False)",
     ),
     "clip_grad_norm_": Cell(
-        "open",
-        note="not offered: Zero2Optimizer frees each full .grad after the reduce-scatter, so "
-        "torch.nn.utils.clip_grad_norm_(model.parameters()) sees no gradients, returns 0 and "
-        "silently clips nothing (measured); a sharded clip (norm over every rank's rows) is "
-        "missing",
+        "equal",
+        _case("zero2", "clip"),
+        "the ordinary call on model.parameters(): each freed .grad stands in for its rows, so "
+        "the norm is the global one, == FSDP2 reshard_after_forward=False (the norm's rounding "
+        "is FSDP2's, not DDP's)",
     ),
     "W→W′ resharding": Cell(
         "equal",
@@ -115,11 +117,12 @@ ZERO2 = {
         "saved at 3 ranks, loaded at 2 by minidp and torch's ZeRO; 2 -> 3 within ulps",
     ),
     "frozen after wrapping": Cell(
-        "open",
-        note="buckets and hooks are fixed at construction: a parameter frozen afterwards "
-        "never gets a gradient, and step() raises 'expected every trainable parameter to get "
-        "a gradient'; torch DDP + ZeRO trains with find_unused_parameters=True (without it, "
-        "un-reduced one step, then refused). Workaround: remove_hooks() and a new optimizer",
+        "equal",
+        _case("zero2", "frozen_after"),
+        "followed, == FSDP2 reshard_after_forward=False; with no_grad forwards between steps "
+        "== torch DDP + ZeRO (find_unused_parameters=True), zero2-frozen_after_eval: FSDP2 in "
+        "that mode gives the frozen parameter a gradient again after a no_grad forward "
+        "(measured on 2.13); unfreezing a parameter frozen at construction is refused",
     ),
 }
 

@@ -11,7 +11,9 @@ training-loop moves (``MOVES``), and reports after every step which parameters a
 * ``zero2``: ``minidp.zero.Zero2Optimizer`` (no DDP) vs torch DDP + torch's
   ``ZeroRedundancyOptimizer``. With accumulation the reference averages each micro-batch
   through DDP and adds the averages (what ZeRO-2 and FSDP2 compute; plain DDP averages
-  ``avg1 + local2`` again, which rounds differently — ``test_zero2_train.py``).
+  ``avg1 + local2`` again, which rounds differently — ``test_zero2_train.py``). With
+  ``no_sync``, ``clip`` or ``frozen_after`` the reference is FSDP2 ``fully_shard(
+  reshard_after_forward=False)``, torch's ZeRO-2-like mode (``FSDP2_MOVES`` says why).
 
 Functions sent to rank processes must be module-level, so they live here.
 """
@@ -37,9 +39,14 @@ ADAMW = {"lr": 1e-2, "weight_decay": 0.1}
 MAX_NORM = 0.05  # below every step's gradient norm here: clipping really scales
 CAP = 0.0005  # MiB: several ZeRO-2 buckets for this model
 WRAPPERS = ("ddp", "zero1", "zero2")
+# ZeRO-2 moves whose torch equivalent is FSDP2 with reshard_after_forward=False: its sharded
+# gradients give clip_grad_norm_ the norm of every rank's rows (DDP's full gradients round
+# the norm differently), set_requires_gradient_sync is its no_sync, and it follows a
+# parameter frozen after wrapping (DDP needs find_unused_parameters, ZeRO's owner broadcast)
+FSDP2_MOVES = {"no_sync", "clip", "frozen_after"}
 MOVES = (
     "accumulation",  # two backwards, then step
-    "no_sync",  # the first micro-batch inside no_sync() (DDP only)
+    "no_sync",  # the first micro-batch inside no_sync() / set_requires_gradient_sync(False)
     "clip",  # clip_grad_norm_ after backward, before step
     "scheduler",  # StepLR, stepped after every optimizer step
     "state_dict",  # after step 0: model + optimizer (+ scheduler) state -> fresh objects
@@ -53,6 +60,9 @@ MOVES = (
     "float64",  # model.double() before wrapping
     "dataclass_out",  # the model returns a dataclass holding a dict and a str
 )
+# not a move: with it, ZeRO-2 is compared with torch DDP + ZeRO even where FSDP2_MOVES
+# would pick FSDP2 (a parameter frozen after wrapping, with no_grad forwards between steps)
+DDP_REFERENCE = "ddp_reference"
 
 
 @dataclass
@@ -146,9 +156,24 @@ class Side:
 
     def __init__(self, wrapper: str, impl: str, net: nn.Module, moves: set) -> None:
         self.impl, self.moves = impl, moves
-        self.summed = wrapper == "zero2" and impl == "torch"  # add per-micro-batch averages
+        self.fsdp2 = (
+            wrapper == "zero2" and impl == "torch" and bool(moves & FSDP2_MOVES)
+        ) and DDP_REFERENCE not in moves
+        # add per-micro-batch averages (DDP would average avg1 + local2 again)
+        self.summed = wrapper == "zero2" and impl == "torch" and not self.fsdp2
         ddp_kw = {"find_unused_parameters": True} if "frozen_after" in moves else {}
-        if wrapper == "zero2" and impl == "minidp":
+        if self.fsdp2:
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import fully_shard
+
+            with torch.no_grad():  # FSDP2 does not broadcast: start from rank 0's, like ZeRO-2
+                for p in net.parameters():
+                    dist.broadcast(p, src=0)
+            mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+            self.model = fully_shard(net, mesh=mesh, reshard_after_forward=False)
+            self.module = net
+            self.opt = torch.optim.AdamW(param_groups(net, moves), **ADAMW)
+        elif wrapper == "zero2" and impl == "minidp":
             self.model = self.module = net
             self.opt = Zero2Optimizer(
                 param_groups(net, moves), torch.optim.AdamW, bucket_cap_mb=CAP, **ADAMW
@@ -183,15 +208,30 @@ class Side:
         else:
             for i, (x, y) in enumerate(micro):
                 first = "no_sync" in self.moves and i < len(micro) - 1
-                with self.model.no_sync() if first else contextlib.nullcontext():
+                with self.no_sync() if first else contextlib.nullcontext():
                     loss_of(self.model, x, y).backward()
         norm = None
-        if "clip" in self.moves:
-            norm = float(torch.nn.utils.clip_grad_norm_(self.module.parameters(), MAX_NORM))
+        if "clip" in self.moves:  # the ordinary call, on the module's parameters
+            total = torch.nn.utils.clip_grad_norm_(self.module.parameters(), MAX_NORM)
+            norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)
         self.opt.step()
         if self.sched is not None:
             self.sched.step()
         return norm
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backwards that keep their gradients local: each wrapper's own way to say it."""
+        if self.fsdp2:
+            self.model.set_requires_gradient_sync(False)
+            yield
+            self.model.set_requires_gradient_sync(True)
+        elif isinstance(self.opt, Zero2Optimizer):
+            with self.opt.no_sync():
+                yield
+        else:
+            with self.model.no_sync():
+                yield
 
     def checkpoint(self) -> dict:
         """Model, optimizer and scheduler state, the same on every rank (ZeRO: consolidated)."""
@@ -215,6 +255,7 @@ def diffs(a: nn.Module, b: nn.Module) -> list:
     """(name, max |diff|) for every parameter that is not ``torch.equal``."""
     out = []
     for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
+        q = q.full_tensor() if hasattr(q, "full_tensor") else q  # FSDP2: the whole tensor
         if not torch.equal(p, q):
             out.append((name, float((p - q).detach().abs().max())))
     return out

@@ -29,13 +29,10 @@ from matrix_ddp_zero_runners import (
     run_cases,
 )
 
-# Moves minidp's ZeRO-2 does not take (matrix_cells_ddp_zero.py says why)
-NOT_ZERO2 = {"no_sync", "clip", "frozen_after"}
 CASES = {
     f"{wrapper}-{move}": (wrapper, (move,))
     for wrapper in ("ddp", "zero1", "zero2")
     for move in MOVES
-    if not (wrapper == "zero2" and move in NOT_ZERO2)
 }
 # several moves at once, as a real loop does
 CASES |= {
@@ -47,6 +44,14 @@ CASES |= {
                                  "param_groups", "checkpoint", "state_dict", "dataclass_out")),
     "zero2-combined": ("zero2", ("accumulation", "scheduler", "tied", "frozen_before",
                                  "param_groups", "checkpoint", "eval", "state_dict")),
+    # against FSDP2 (reshard_after_forward=False): the moves only it shares with ZeRO-2. Not
+    # with "eval": after a no_grad forward, FSDP2 in that mode gives a parameter frozen after
+    # wrapping a gradient again (test_zero2_train.py::test_frozen_after_wrapping_stays_frozen)
+    "zero2-combined_fsdp2": ("zero2", ("no_sync", "clip", "frozen_after", "scheduler", "tied",
+                                       "param_groups", "checkpoint", "dataclass_out")),
+    # frozen after wrapping with eval forwards between steps: torch DDP + ZeRO
+    # (find_unused_parameters=True) is the reference there; ZeRO-2 keeps it frozen
+    "zero2-frozen_after_eval": ("zero2", ("frozen_after", "eval", "ddp_reference")),
 }  # fmt: skip
 
 

@@ -13,6 +13,8 @@ Run: ``pytest tests/test_zero2_train.py``
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -161,10 +163,12 @@ def _minidp_ddp(ddp_first: bool):
     return fn
 
 
+# DDP's reducer either uses the freed .grad (caught there) or leaves a full gradient
+# there (caught at step), depending on whose hook runs first
 DDP_REFUSED = (
-    r"expected .grad to be None at step\(\).*got a gradient of shape \([\d, ]+\) on "
-    r"trainable parameter \d.*DistributedDataParallel wrapped around the model.*Hint: do not "
-    r"wrap"
+    r"(on a freed gradient of shape \([\d, ]+\), got \w+|expected each \.grad to be freed "
+    r"at step\(\).*got a full gradient of shape \([\d, ]+\) on trainable parameter \d)"
+    r".*DistributedDataParallel wrapped around the model.*Hint: do not wrap"
 )
 
 
@@ -176,5 +180,4 @@ def test_minidp_ddp_around_zero2_is_refused(ddp_first):
 @pytest.mark.parametrize("ddp_first", [True, False])
 def test_torch_ddp_around_zero2_is_refused(process_world, ddp_first):
     for message in process_world(2).run(torch_ddp_refused, ddp_first):
-        assert "DistributedDataParallel wrapped around the model" in message, message
-        assert "expected .grad to be None at step()" in message, message
+        assert re.search(DDP_REFUSED, message, re.S), message

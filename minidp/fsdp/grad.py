@@ -46,7 +46,7 @@ def _plain(value):
     return value
 
 
-def _norm_order(func, args, kwargs) -> float | None:
+def norm_order(func, args, kwargs) -> float | None:
     """The p of a norm over *all* elements, or None when the call is something else."""
     if func not in _NORMS:
         return None
@@ -85,7 +85,7 @@ class ShardedGrad(torch.Tensor):
         # notes give for a __torch_function__ that calls the real op; no public alias exists.)
         with torch._C.DisableTorchFunctionSubclass():
             result = func(*args, **kwargs)
-        p = _norm_order(func, args, kwargs)
+        p = norm_order(func, args, kwargs)
         if p is not None and isinstance(args[0], ShardedGrad):
             return PartialNorm.wrap(result, args[0].group, p)
         return result

@@ -27,12 +27,17 @@ DDP), but only ``Ψ/W`` of the gradients and ``1/W`` of the optimizer state.
 Communication per step: reduce-scatter + all-gather = DDP's all-reduce volume.
 
 A training loop's other needs: a second backward before ``zero_grad`` adds its
-reduce-scattered rows to the shard (gradient accumulation, FSDP2's way). It is a
-``torch.optim.Optimizer``, so LR schedulers work, and ``state_dict`` is torch's format,
-loadable at any world size (``zero2_state.py``). Any parameter works: zero-element,
-non-contiguous, 0-d (``zero2_layout.py``). Refused with a clear error: a second optimizer
-on the same parameters (``zero2_hooks.py``), and DDP around the model (seen as a ``.grad``
-written after this optimizer freed it).
+reduce-scattered rows to the shard (gradient accumulation, FSDP2's way); backwards inside
+``no_sync()`` keep full local gradients until a synced one (FSDP2's
+``set_requires_gradient_sync``); each freed ``.grad`` is a ``FreedGrad`` that owns no memory
+but knows this rank's rows, so ``torch.nn.utils.clip_grad_norm_(model.parameters(), ...)``
+gets the global norm (``zero2_grads.py``); a parameter frozen after construction is
+skipped, like torch. It is a ``torch.optim.Optimizer``, so LR schedulers work, and
+``state_dict`` is torch's format, loadable at any world size (``zero2_state.py``). Any
+parameter works: zero-element, non-contiguous, 0-d (``zero2_layout.py``). Refused with a
+clear error (``zero2_checks.py``, ``zero2_hooks.py``): a second optimizer on the same
+parameters, DDP around the model, a step after only ``no_sync()`` backwards, a parameter
+unfrozen that was frozen at construction.
 
 Against torch (``tests/test_zero2.py``): compared with torch's ``ZeroRedundancyOptimizer`` +
 torch DDP (available on every supported torch). Element-wise optimizers (SGD, Adam, AdamW)
@@ -45,12 +50,13 @@ False)``, torch's ZeRO-2-like mode: at 2 ranks ``torch.equal`` full parameters a
 step, and each rank's rows equal FSDP2's local shard.
 
 Run: ``python lessons/20_zero2.py``; test: ``pytest tests/test_zero2.py
-tests/test_zero2_train.py tests/test_zero2_state.py``
+tests/test_zero2_train.py tests/test_zero2_state.py tests/test_zero2_moves.py``
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -58,7 +64,8 @@ import torch
 from minidp.comm import all_gather, broadcast, reduce_scatter
 from minidp.comm import group as groups
 from minidp.ddp.buckets import MB, compute_bucket_assignment_by_size
-from minidp.zero import checks, zero2_hooks, zero2_state
+from minidp.zero import checks, zero2_checks, zero2_hooks, zero2_state
+from minidp.zero.zero2_grads import FreedGrad
 from minidp.zero.zero2_layout import Bucket
 from minidp.zero.zero2_state import copy_options
 
@@ -117,6 +124,8 @@ class Zero2Optimizer(torch.optim.Optimizer):
         ]
         self._where = {id(piece.param): (b, piece) for b in self.buckets for piece in b.pieces}
         self._next = 0  # index of the next bucket to reduce-scatter
+        self._sync = True  # False inside no_sync(): gradients stay full and local
+        self._local: set[int] = set()  # parameters whose .grad is a kept local gradient
         # held weakly: dropping the optimizer frees it, its hooks and its claim
         self._hooks = zero2_hooks.attach(self, self.params, self._on_grad)
         local_groups = []  # one local group per group: this rank's rows of its trainable ones
@@ -148,6 +157,10 @@ class Zero2Optimizer(torch.optim.Optimizer):
     def _on_grad(self, p: torch.Tensor) -> None:
         if p.grad.layout != torch.strided:
             checks.check_dense_grads(WHO, [p])
+        if not self._sync:  # inside no_sync(): the full gradient stays; autograd adds the next
+            self._local.add(id(p))
+            return
+        self._local.discard(id(p))
         if self._next == len(self.buckets):
             self._next = 0  # every bucket went in the last backward: this is a new one
         bucket, piece = self._where[id(p)]
@@ -169,7 +182,9 @@ class Zero2Optimizer(torch.optim.Optimizer):
             rows = piece.rank_rows(flat, r)
             at = r * bucket.segment + piece.offset
             bucket.send[at : at + rows.numel()] = rows
-        p.grad = None  # the full gradient is gone: only the shard survives
+        # the full gradient is gone: only the shard survives, and a stand-in that knows where
+        # (clip_grad_norm_ on the model's parameters then gets the global norm)
+        p.grad = FreedGrad.make(p, bucket.grad_rows(piece), self.process_group, self.rank)
         bucket.seen.add(id(p))
         while self._next < len(self.buckets) and self.buckets[self._next].complete():
             self._reduce(self.buckets[self._next])
@@ -177,6 +192,9 @@ class Zero2Optimizer(torch.optim.Optimizer):
 
     def _reduce(self, bucket: Bucket) -> None:
         s = bucket.segment
+        if not bucket.seen:  # every parameter in it is frozen now: nothing to reduce
+            bucket.reduced = True
+            return
         if s:  # a bucket of zero-element parameters has nothing to send
             inputs = [bucket.send[r * s : (r + 1) * s] for r in range(self.world_size)]
             out = torch.empty_like(bucket.shard_grad) if bucket.accumulate else bucket.shard_grad
@@ -197,14 +215,12 @@ class Zero2Optimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._check_ready()
-        self._check_storage()
+        zero2_checks.check_ready(self, WHO)
+        zero2_checks.check_storage(self, WHO)
         for b in self.buckets:
-            for piece in b.pieces:
-                n = piece.shard.numel()
-                piece.shard.grad = b.shard_grad[piece.offset : piece.offset + n].view_as(
-                    piece.shard
-                )
+            for piece in b.pieces:  # a parameter frozen since construction: skipped, like torch
+                trains = piece.param.requires_grad
+                piece.shard.grad = b.grad_rows(piece) if trains else None
         copy_options(self.param_groups, self.optim.param_groups)  # e.g. an LR scheduler's lr
         self.optim.step()
         copy_options(self.optim.param_groups, self.param_groups)
@@ -213,42 +229,6 @@ class Zero2Optimizer(torch.optim.Optimizer):
             b.reduced = False
         self._next = 0
         return loss
-
-    def _check_ready(self) -> None:
-        """Every bucket reduced, none half-filled, and no full ``.grad`` written by others."""
-        missing = [b for b in self.buckets if not b.reduced or b.seen]
-        if missing:
-            names = [tuple(piece.param.shape) for piece in missing[0].pieces]
-            raise RuntimeError(
-                f"{WHO}: expected every trainable parameter to get a gradient before step(), "
-                f"but {len(missing)} of {len(self.buckets)} buckets were not reduced (the "
-                f"first holds parameters of shapes {names}). Hint: call backward() first, "
-                "and keep parameters that take no part in the loss frozen (requires_grad=False)"
-            )
-        for i, p in enumerate(self.params):
-            if p.grad is not None:
-                raise RuntimeError(
-                    f"{WHO}: expected .grad to be None at step() (this optimizer reduce-"
-                    "scatters each gradient during backward and frees it), got a gradient of "
-                    f"shape {tuple(p.grad.shape)} on trainable parameter {i} of shape "
-                    f"{tuple(p.shape)}: something else also reduces the gradients — most "
-                    "likely DistributedDataParallel wrapped around the model, which would "
-                    "average them a second time. Hint: do not wrap the model in DDP: "
-                    f"{WHO} does DDP's gradient reduction itself"
-                )
-
-    def _check_storage(self) -> None:
-        """Each shard must still be a view of its parameter: ``p.data = t`` elsewhere breaks it."""
-        for piece in (piece for b in self.buckets for piece in b.pieces):
-            p = piece.param
-            if piece.shard.untyped_storage().data_ptr() != p.untyped_storage().data_ptr():
-                raise RuntimeError(
-                    f"{WHO}: expected each parameter to keep the storage it had at "
-                    f"construction, but the parameter of shape {tuple(p.shape)} was replaced "
-                    "outside the optimizer (p.data = ...), so this rank's shard and its "
-                    "optimizer state point at the old values. Hint: copy new values in place "
-                    "(p.copy_(t) or model.load_state_dict), or build a new Zero2Optimizer"
-                )
 
     def _gather(self, bucket: Bucket) -> None:
         s = bucket.segment
@@ -267,6 +247,10 @@ class Zero2Optimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradient shards: the next backward overwrites instead of adding."""
         self._next = 0
+        for p in self.params:
+            if set_to_none or not isinstance(p.grad, FreedGrad):
+                p.grad = None  # a full gradient kept by no_sync() too
+        self._local.clear()
         for b in self.buckets:
             b.reset_inflight()  # a half-done backward (it raised at step) is dropped too
             b.accumulate = b.reduced = False
@@ -274,6 +258,21 @@ class Zero2Optimizer(torch.optim.Optimizer):
                 b.shard_grad.zero_()
         for piece in (piece for b in self.buckets for piece in b.pieces):
             piece.shard.grad = None
+
+    def set_requires_gradient_sync(self, requires_gradient_sync: bool) -> None:
+        """FSDP2's name: ``False`` keeps each backward's full gradient locally (autograd adds
+        them up); the next backward with ``True`` reduce-scatters the sum."""
+        self._sync = bool(requires_gradient_sync)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """DDP's name: backwards inside accumulate full local gradients, reduced by the next
+        backward outside — one reduce-scatter per accumulated step, not one per micro-batch."""
+        before, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = before
 
     def gradient_shards(self) -> list[torch.Tensor]:
         """This rank's summed gradient rows, one flat buffer per bucket (padding included)."""

@@ -5,6 +5,8 @@
   dropped optimizer, and its model, alive for good. When the optimizer is collected, its
   hooks are removed and its claim on the parameters lapses; ``remove_hooks()`` does so at
   once (until the collector runs, a dropped optimizer's hooks still take the gradients).
+  A pre-hook on each parameter clears the stand-in ``.grad`` a freed gradient left
+  (``zero2_grads.py``) before autograd accumulates the next one into it.
 * :func:`check_unclaimed` — a second optimizer on the same parameters is refused, naming
   the first: both would reduce-scatter (and free) each gradient, and the second would
   find ``.grad`` already gone.
@@ -21,6 +23,8 @@ from collections.abc import Callable
 import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from minidp.zero.zero2_grads import clear_stand_in
+
 # parameter -> weakref to the optimizer whose hooks it carries. Weak both ways: a strong
 # value would hold its parameters (the keys) alive from this process-wide table.
 _OWNERS = WeakTensorKeyDictionary()
@@ -36,16 +40,28 @@ def attach(owner: object, params: list[torch.Tensor], on_grad: Callable) -> list
             live(p)
 
     handles = [p.register_post_accumulate_grad_hook(hook) for p in params]
+    # before each new gradient is accumulated: drop the stand-in a freed .grad left behind
+    handles += [p.register_hook(_clearing(weakref.ref(p))) for p in params]
     weakref.finalize(owner, _remove_all, list(handles))
     for p in params:
         _OWNERS[p] = weakref.ref(owner)
     return handles
 
 
+def _clearing(param: weakref.ref) -> Callable:
+    def pre_hook(grad: torch.Tensor) -> None:  # the parameter weakly: no cycle through it
+        p = param()
+        if p is not None:
+            clear_stand_in(p)
+
+    return pre_hook
+
+
 def detach(owner: object, params: list[torch.Tensor], handles: list) -> None:
     """Remove ``owner``'s hooks and give up its claim, so another optimizer may take over."""
     _remove_all(handles)
     for p in params:
+        clear_stand_in(p)  # nothing is left to clear it before another optimizer's backward
         if (ref := _OWNERS.get(p)) is not None and ref() is owner:
             del _OWNERS[p]
 

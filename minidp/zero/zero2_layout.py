@@ -71,7 +71,14 @@ class Bucket:
         self.accumulate = False  # add to shard_grad instead of overwriting (no zero_grad between)
 
     def complete(self) -> bool:
-        return len(self.seen) == len(self.pieces)
+        """Every parameter that trains now has its gradient in (frozen ones never will)."""
+        return all(id(pc.param) in self.seen or not pc.param.requires_grad for pc in self.pieces)
+
+    def grad_rows(self, piece: Piece) -> torch.Tensor:
+        """This rank's rows of ``piece``'s reduced gradient: a view of the shard buffer."""
+        return self.shard_grad[piece.offset : piece.offset + piece.shard.numel()].view_as(
+            piece.shard
+        )
 
     def reset_inflight(self) -> None:
         self.send, self.seen = None, set()

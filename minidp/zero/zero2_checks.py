@@ -1,0 +1,70 @@
+"""What ``Zero2Optimizer.step()`` checks first, so a wrong loop fails clearly instead of silently.
+
+* :func:`check_ready` — every bucket was reduce-scattered since the last step; the last
+  backward did not run inside ``no_sync()`` (its gradients were never reduced); nothing
+  else wrote a full ``.grad`` after this optimizer freed it (DDP around the model would
+  average every gradient a second time); no parameter was unfrozen that had no hooks.
+* :func:`check_storage` — each rank's shard is still a view of its parameter.
+
+Test: ``pytest tests/test_zero2.py -k clear_error tests/test_zero2_train.py``
+"""
+
+from __future__ import annotations
+
+from minidp.zero.zero2_grads import FreedGrad
+
+
+def check_ready(opt, who: str) -> None:
+    """Every bucket reduced, no gradient left local, and no full ``.grad`` written by others."""
+    if opt._local:
+        raise RuntimeError(
+            f"{who}: expected the last backward before step() to run outside no_sync(), got "
+            f"{len(opt._local)} parameters whose gradients were only accumulated locally, "
+            "never reduced across ranks. Hint: run the last micro-batch's backward outside "
+            "no_sync() (or after set_requires_gradient_sync(True))"
+        )
+    missing = [b for b in opt.buckets if not b.reduced or b.seen]
+    if missing:
+        names = [tuple(piece.param.shape) for piece in missing[0].pieces]
+        raise RuntimeError(
+            f"{who}: expected every trainable parameter to get a gradient before step(), "
+            f"but {len(missing)} of {len(opt.buckets)} buckets were not reduced (the "
+            f"first holds parameters of shapes {names}). Hint: call backward() first, "
+            "and keep parameters that take no part in the loss frozen (requires_grad=False)"
+        )
+    for i, p in enumerate(opt.params):
+        if p.grad is not None and not isinstance(p.grad, FreedGrad):
+            raise RuntimeError(
+                f"{who}: expected each .grad to be freed at step() (this optimizer reduce-"
+                "scatters each gradient during backward and frees it), got a full gradient "
+                f"of shape {tuple(p.grad.shape)} on trainable parameter {i} of shape "
+                f"{tuple(p.shape)}: something else also reduces the gradients — most "
+                "likely DistributedDataParallel wrapped around the model, which would "
+                "average them a second time. Hint: do not wrap the model in DDP: "
+                f"{who} does DDP's gradient reduction itself"
+            )
+    hooked = {id(p) for p in opt.params}
+    for pg in opt.param_groups:
+        for p in pg["params"]:
+            if id(p) not in hooked and p.requires_grad and p.grad is not None:
+                raise RuntimeError(
+                    f"{who}: expected parameters frozen at construction to stay frozen, got "
+                    f"a gradient on the parameter of shape {tuple(p.shape)}, unfrozen since: "
+                    "it has no hooks or shard here, so it would never be reduced or stepped. "
+                    f"Hint: build the {who} while it is trainable (freeze it afterwards: that "
+                    "is followed), or remove_hooks() and build a new one"
+                )
+
+
+def check_storage(opt, who: str) -> None:
+    """Each shard must still be a view of its parameter: ``p.data = t`` elsewhere breaks it."""
+    for piece in (piece for b in opt.buckets for piece in b.pieces):
+        p = piece.param
+        if piece.shard.untyped_storage().data_ptr() != p.untyped_storage().data_ptr():
+            raise RuntimeError(
+                f"{who}: expected each parameter to keep the storage it had at "
+                f"construction, but the parameter of shape {tuple(p.shape)} was replaced "
+                "outside the optimizer (p.data = ...), so this rank's shard and its "
+                "optimizer state point at the old values. Hint: copy new values in place "
+                f"(p.copy_(t) or model.load_state_dict), or build a new {who}"
+            )
