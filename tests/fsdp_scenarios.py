@@ -11,6 +11,7 @@ Functions here run in the rank processes of ``process_world`` (module-level).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
@@ -78,10 +79,17 @@ COMBINED = {
     "bf16_combined": {"frozen_norms", "freeze_after_wrap", "clip", "lr_scheduler",
                       "param_groups", "eval_between_steps", "dataclass_outputs"},
     "bf16_meta_accumulate_clip": {"meta_init", "no_sync_accumulate", "clip"},
+    # after step 0 only minidp's sharded model + optimizer + scheduler state survive: a fresh
+    # model loads them and trains on beside FSDP2, which never stopped
+    "bf16_state_dict_resumed": {"state_dict_resume", "lr_scheduler", "clip",
+                                "no_sync_accumulate", "param_groups"},
+    "state_dict_resumed": {"state_dict_resume", "lr_scheduler", "clip"},
 }  # fmt: skip
 SCENARIOS.update(
     bf16_combined=("adamw", torch.bfloat16, True, 3),
     bf16_meta_accumulate_clip=("adamw", torch.bfloat16, True, 3),
+    bf16_state_dict_resumed=("adamw", torch.bfloat16, True, 3),
+    state_dict_resumed=("adamw", None, True, 3),
 )
 
 
@@ -240,7 +248,27 @@ def run_scenario(rank: int, world: int, name: str) -> list[tuple]:
         if clip is not None:
             rows.append((step, "total norm", "clip", diff(norms[False], norms[True])))
         rows += _compare(step, theirs, ours)
+        if "state_dict_resume" in moves and step == 0:
+            ours, (opt_m, sched_m) = _resumed(moves, world, dtypes, reshard, ours, opt_m, sched_m)
     return rows
+
+
+def _resumed(moves, world, dtypes, reshard, model, opt, sched):
+    """A "crash": only the state dicts survive. A fresh model with other weights (every
+    parameter overwritten by the load), a fresh optimizer and scheduler load them."""
+    saved = copy.deepcopy(
+        {"model": model.state_dict(), "optim": opt.state_dict(), "sched": sched.state_dict()}
+    )
+    del model, opt, sched
+    _, fresh = _models(moves, world, dtypes, reshard)
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.add_(1.0)  # not the trained weights: a skipped load would show
+    fresh.load_state_dict(saved["model"])
+    opt, sched = _optimizer(moves, "adamw", fresh)
+    opt.load_state_dict(saved["optim"])
+    sched.load_state_dict(saved["sched"])
+    return fresh, (opt, sched)
 
 
 def _compare(step: int, theirs, ours) -> list[tuple]:
@@ -263,10 +291,11 @@ def _local(t: torch.Tensor | None) -> torch.Tensor | None:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
-def trained_full_state(rank: int, world: int) -> dict[str, torch.Tensor]:
-    """minidp FSDP trained 2 steps at this world; the full state dict (the same on every
-    rank), for another world size to resume from."""
-    _, ours = _models({"adamw"}, world, None, True)
+def trained_full_state(rank: int, world: int, dtypes=None) -> dict[str, torch.Tensor]:
+    """minidp FSDP trained 2 steps at this world (``dtypes``: the policy's param dtype, or
+    (param, reduce)); the full state dict (the same on every rank), for another world size
+    to resume from."""
+    _, ours = _models({"adamw"}, world, dtypes, True)
     opt = make_optimizer("adamw", ours.parameters())
     for tokens, target in batches(rank, 2):
         opt.zero_grad()
@@ -275,12 +304,12 @@ def trained_full_state(rank: int, world: int) -> dict[str, torch.Tensor]:
     return full_state_dict(ours)
 
 
-def resume_at(rank: int, world: int, state: dict[str, torch.Tensor]) -> list[tuple]:
+def resume_at(rank: int, world: int, state: dict[str, torch.Tensor], dtypes=None) -> list[tuple]:
     """Load a full state dict saved at another world size into FSDP2 and into minidp at
     this one, then train both 2 steps (fresh optimizers): (step, tensor, what, diff) rows."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    theirs, ours = _models({"adamw"}, world, None, True)
+    theirs, ours = _models({"adamw"}, world, dtypes, True)
     full = StateDictOptions(full_state_dict=True)  # (it replaces the dict's values: a copy)
     set_model_state_dict(theirs, dict(state), options=full)
     load_full_state_dict(ours, state)

@@ -128,11 +128,15 @@ def test_gloo_order_reduce_scatter_is_bit_exact(world):
 
 
 @needs_fsdp2
-def test_full_state_dict_saved_at_two_ranks_resumes_at_three_like_fsdp2(process_world):
+@pytest.mark.parametrize("param_dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_full_state_dict_saved_at_two_ranks_resumes_at_three_like_fsdp2(process_world, param_dtype):
     """W -> W': the full state dict of a 2-rank run loads into 3-rank FSDP2 and minidp
-    (13 rows: 5, 5, 3 per rank), equal right after loading and for 2 more steps."""
-    state = process_world(2).run(trained_full_state)[0]
-    for rank, rows in enumerate(process_world(3).run(resume_at, state)):
+    (13 rows: 5, 5, 3 per rank), equal right after loading and for 2 more steps. bf16: both
+    trained and resumed under MixedPrecisionPolicy(param_dtype=bf16) — the state dict holds
+    the fp32 shards, not the bf16 copies."""
+    state = process_world(2).run(trained_full_state, param_dtype)[0]
+    assert all(t.dtype == torch.float32 for t in state.values())
+    for rank, rows in enumerate(process_world(3).run(resume_at, state, param_dtype)):
         diffs = [r for r in rows if r[3] != 0.0]
         assert rows and diffs == [], f"rank {rank}: (step, param, what, max |diff|): {diffs[:5]}"
 

@@ -49,19 +49,23 @@ def _fsdp2(scenario: str) -> str:
     return f"tests/test_fsdp.py::test_bit_identical_to_fsdp2_at_two_ranks[{scenario}]"
 
 
+def _resumes_at_three(dtype: str) -> str:
+    test = "test_full_state_dict_saved_at_two_ranks_resumes_at_three_like_fsdp2"
+    return f"tests/test_fsdp.py::{test}[{dtype}]"
+
+
 FSDP = {
     "accumulation": Cell("equal", _fsdp2("accumulate"), "two backwards, then step"),
     "no_sync / set_requires_gradient_sync": Cell("equal", _fsdp2("no_sync_accumulate")),
     "clip_grad_norm_": Cell("equal", _fsdp2("clip"), "the global norm; also inf + accumulation"),
     "LR scheduler": Cell("equal", _fsdp2("lr_scheduler"), "StepLR"),
     "state dict round trip": Cell(
-        "equal", "tests/test_fsdp.py::test_state_dicts_round_trip", "sharded and full"
-    ),
-    "W→W′ resharding": Cell(
         "equal",
-        "tests/test_fsdp.py::test_full_state_dict_saved_at_two_ranks_resumes_at_three_like_fsdp2",
-        "full state dict saved at 2 ranks, resumed at 3",
+        _fsdp2("state_dict_resumed"),
+        "model + optimizer + scheduler state into fresh objects after step 0 == FSDP2 that "
+        "never stopped; sharded and full: test_state_dicts_round_trip",
     ),
+    "W→W′ resharding": Cell("equal", _resumes_at_three("fp32"), "saved at 2 ranks, resumed at 3"),
     "tied weights": Cell(
         "equal",
         _fsdp2("adamw"),
@@ -79,8 +83,15 @@ FSDP = {
 }
 
 FSDP_MIXED = {
-    **dict.fromkeys(COLUMNS, Cell("open", note="not yet compared with FSDP2 under bf16")),
     "accumulation": Cell("equal", _fsdp2("bf16_accumulate")),
+    "state dict round trip": Cell(
+        "equal",
+        _fsdp2("bf16_state_dict_resumed"),
+        "resumed after step 0, with no_sync accumulation, clip, param groups, StepLR",
+    ),
+    "W→W′ resharding": Cell(
+        "equal", _resumes_at_three("bf16"), "fp32 shards saved at 2 ranks, resumed at 3"
+    ),
     "no_sync / set_requires_gradient_sync": Cell(
         "equal", _fsdp2("bf16_no_sync_accumulate"), "also fp32 reduce_dtype"
     ),
