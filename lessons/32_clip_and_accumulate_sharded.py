@@ -17,6 +17,8 @@
 #   under FSDP reduce-scatters; `model.set_requires_gradient_sync(False)` (FSDP2's name;
 #   DDP's `no_sync` in lesson 13) keeps the unsharded gradients instead, and only the last
 #   micro-batch's backward reduce-scatters the sum.
+# * **ZeRO-2** frees the full gradients during backward: section 3 shows what stands in
+#   their place so that the ordinary `clip_grad_norm_` call still gets the global norm.
 
 # %%
 import warnings
@@ -28,6 +30,7 @@ from torch import nn
 
 import minidp
 from minidp.fsdp import traffic
+from minidp.zero import Zero2Optimizer
 
 WORLD, MAX_NORM = 2, 0.5
 # FSDP2 warns that a Linear's 3-d output is a view (about in-place ops we do not do)
@@ -186,6 +189,57 @@ if __name__ == "__main__":
                       r["sync the last only"]["weights"], r["fsdp2"])  # fmt: skip
     else:
         print(f"  (FSDP2 skipped: {kit.why_no_fsdp2()})")
+
+# %% [markdown]
+# ## 3. ZeRO-2: the full gradient is gone — what does `clip_grad_norm_` see?
+# ZeRO-2 (lesson 20) reduce-scatters each gradient during backward and *frees* the full
+# `.grad`: that is its saving. A `.grad` of `None` would make `clip_grad_norm_` see no
+# gradients at all: norm 0, nothing clipped, no error. So minidp leaves a stand-in in
+# `.grad`, a `FreedGrad`: the parameter's shape, no memory, and a pointer to this rank's
+# rows of the reduced gradient. Its norm is a partial norm, like a shard's in section 1;
+# scaling it scales the rows the optimizer will step. The torch reference is FSDP2 with
+# `reshard_after_forward=False` (parameters stay gathered between forward and backward:
+# ZeRO-2's layout). `opt.no_sync()` accumulates as in section 2.
+
+
+# %%
+def zero2_lesson(rank: int, world: int) -> dict:
+    data = torch.randint(0, VOCAB, (4, 9), generator=torch.Generator().manual_seed(rank))
+    torch.manual_seed(0)
+    model = TinyLM()
+    opt = Zero2Optimizer(model.parameters(), torch.optim.AdamW, lr=1e-2)
+    loss_of(model, data).backward()
+    out = {"grad": repr(model.head.weight.grad)}
+    out["norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+    opt.step()
+    out["weights"] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    if not kit.why_no_fsdp2():
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        torch.manual_seed(0)
+        mesh = init_device_mesh("cpu", (world,))
+        theirs = fully_shard(TinyLM(), mesh=mesh, reshard_after_forward=False)
+        topt = torch.optim.AdamW(theirs.parameters(), lr=1e-2)
+        loss_of(theirs, data).backward()
+        norm = torch.nn.utils.clip_grad_norm_(theirs.parameters(), MAX_NORM)
+        out["fsdp2_norm"] = norm.full_tensor()
+        topt.step()
+        out["fsdp2"] = {n: p.full_tensor().detach() for n, p in theirs.named_parameters()}
+    return out
+
+
+if __name__ == "__main__":
+    z2 = kit.spawn(zero2_lesson, WORLD)
+    print(f"  rank 0's head.weight.grad after backward: {z2[0]['grad']}")
+    print(f"  clip_grad_norm_ on every rank: {[round(r['norm'].item(), 6) for r in z2]}")
+    kit.check("ZeRO-2: clip_grad_norm_ returns the same global norm on every rank",
+              z2[0]["norm"], z2[1]["norm"])  # fmt: skip
+    if "fsdp2" in z2[0]:
+        kit.check("ZeRO-2's norm is FSDP2's (reshard_after_forward=False)",
+                  [r["norm"] for r in z2], [r["fsdp2_norm"] for r in z2])  # fmt: skip
+        kit.check("ZeRO-2's clipped step is FSDP2's, every weight",
+                  [r["weights"] for r in z2], [r["fsdp2"] for r in z2])  # fmt: skip
     kit.done()
 
 # %% [markdown]
