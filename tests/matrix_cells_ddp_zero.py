@@ -122,7 +122,8 @@ ZERO2 = {
         "followed, == FSDP2 reshard_after_forward=False; with no_grad forwards between steps "
         "== torch DDP + ZeRO (find_unused_parameters=True), zero2-frozen_after_eval: FSDP2 in "
         "that mode gives the frozen parameter a gradient again after a no_grad forward "
-        "(measured on 2.13); unfreezing a parameter frozen at construction is refused",
+        "(measured on 2.13, 2.14.1, 2.15.0); unfreezing a parameter frozen at construction is "
+        "refused",
     ),
 }
 
