@@ -21,6 +21,7 @@ _LAZY = {
     "SyncBatchNorm": "minidp.nn",
     "MixedPrecisionPolicy": "minidp.fsdp",
     "fully_shard": "minidp.fsdp",
+    "init_device_mesh": "minidp.comm.mesh",
     "ZeroRedundancyOptimizer": "minidp.zero",
 }
 
@@ -42,5 +43,6 @@ __all__ = [
     "ZeroRedundancyOptimizer",
     "comm",
     "fully_shard",
+    "init_device_mesh",
     "launch",
 ]

@@ -28,7 +28,7 @@ import math
 import torch
 from torch import nn
 
-from minidp.comm import all_gather
+from minidp.comm import all_gather, all_reduce
 from minidp.fsdp import shard
 from minidp.fsdp.grad import ShardedGrad
 from minidp.fsdp.policy import (
@@ -47,7 +47,8 @@ class FSDPUnit:
         self.module = module
         self.names = names  # names relative to ``module`` (tied parameters once)
         self.locations = locations  # per parameter: [(submodule, attribute), ...]
-        self.group = group
+        self.group = group  # the shard group: gathers, reduce-scatters
+        self.replicate_group = None  # HSDP: the same shard's replicas (all-reduce after)
         self.rank, self.world = group.rank(), group.size()
         self.reshard_after_forward = reshard_after_forward
         self.mp = mp or MixedPrecisionPolicy()
@@ -226,13 +227,17 @@ class FSDPUnit:
     def reduce(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """Reduce-scatter the gradients: this rank's ``(T_grad,)`` average, original dtype."""
         reduce_dtype = reduce_dtype_for(self.mp, grads[0].dtype, self.dtype)  # torch's rule
-        pre, post, op = shard.divide_factors(self.world, reduce_dtype)
+        replicas = self.replicate_group.size() if self.replicate_group is not None else 1
+        # the average runs over every data-parallel rank: shard group x replicas
+        pre, post, op = shard.divide_factors(self.world * replicas, reduce_dtype)
         rows = shard.chunk_cat(grads, self.world, reduce_dtype)  # (world, T_grad)
         if pre is not None and pre != 1:
             rows.div_(pre)
         # gloo's bits (minidp.comm.reduce_scatter would round a few elements differently
         # from 3 ranks on: it adds in another order — see reduce.py)
         mine = gloo_reduce_scatter(rows.view(-1), op, self.group)  # (T_grad,) rank-local
+        if self.replicate_group is not None:  # HSDP: then across the shard's replicas
+            all_reduce(mine, op, self.replicate_group)  # avg: each step divides by its size
         if post is not None and post != 1:
             mine.div_(post)
         return mine.to(self.dtype)

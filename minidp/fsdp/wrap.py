@@ -50,6 +50,7 @@ def unit_of(module: nn.Module) -> FSDPUnit | None:
 def fully_shard(
     module: nn.Module,
     *,
+    mesh=None,
     process_group=None,
     reshard_after_forward: bool = True,
     mp_policy: MixedPrecisionPolicy | None = None,
@@ -57,6 +58,10 @@ def fully_shard(
 ) -> nn.Module:
     """Shard ``module``'s parameters (those no inner ``fully_shard`` took) across the group.
 
+    ``mesh`` (FSDP2's argument, from ``minidp.init_device_mesh``): 1-D — shard across it; 2-D
+    ``("replicate", "shard")`` — HSDP: shard within each row, replicate across the rows
+    (the gradients reduce-scatter in the row, then all-reduce down the column). Without
+    it: ``process_group`` (``None``: the current group).
     ``ignored_params`` (FSDP2's argument): parameters this unit leaves alone — whole on every
     rank, never gathered nor reduced (their gradients stay this rank's own)."""
     if not isinstance(module, nn.Module):
@@ -75,9 +80,10 @@ def fully_shard(
             f"fully_shard: one unit gathers one flat buffer, so its parameters need one dtype; "
             f"{type(module).__name__} has {sorted(map(str, dtypes))} — wrap them separately"
         )
-    group = groups.resolve(process_group)
+    group, replicate = _mesh_groups(mesh, process_group)
     _check_same_structure(module, names, params, group)
     unit = FSDPUnit(module, names, params, locations, group, reshard_after_forward, mp_policy)
+    unit.replicate_group = replicate
     module.__dict__[_ATTR] = unit
     for name, p in zip(names, params):  # originals a later unit may still reach: tied ones
         setattr(p, _TAKEN, f"{type(module).__name__}.{name}")
@@ -104,6 +110,24 @@ def set_requires_gradient_sync(
     for m in module.modules() if recurse else [module]:
         if (unit := unit_of(m)) is not None:
             unit.reduce_grads = requires_gradient_sync
+
+
+def _mesh_groups(mesh, process_group):
+    """(shard group, replicate group or None) from ``mesh=`` or ``process_group=``."""
+    if mesh is None:
+        return groups.resolve(process_group), None
+    if process_group is not None:
+        raise ValueError(
+            "fully_shard: expected mesh= or process_group=, got both. Hint: pass the mesh only"
+        )
+    if mesh.ndim == 1:
+        return mesh.get_group(0), None
+    if mesh.ndim == 2:  # FSDP2's order: (replicate, shard)
+        return mesh.get_group(1), mesh.get_group(0)
+    raise ValueError(
+        f"fully_shard: expected a 1-D mesh (FSDP) or a 2-D (replicate, shard) mesh (HSDP), "
+        f"got a {mesh.ndim}-D mesh of shape {tuple(mesh.shape)}"
+    )
 
 
 def _ids(ignored_params) -> set[int]:
