@@ -9,10 +9,15 @@
 # slice, then an all-gather after the step brings the updated weights back. A ring
 # all-reduce *is* a reduce-scatter followed by an all-gather (lesson 8), so ZeRO-2 moves
 # exactly DDP's bytes — the weights travel in the all-gather instead of the gradients.
+# This is the step the ZeRO paper's "2Ψ, as DDP" assumes for ZeRO-1 *and* ZeRO-2; torch's
+# ZeRO-1 (all-reduce, then a broadcast from each owner, lesson 19) sends 1.5× instead.
+# Measured here at 2 and 4 ranks: ZeRO-2 1.00×, ZeRO-1 1.50× DDP's bytes per rank.
 #
 # minidp's `Zero2Optimizer` cuts every parameter on dim 0 (FSDP2's rule, `torch.chunk`),
 # so each rank owns Ψ/N elements; DDP's buckets are reduce-scattered from gradient hooks
-# while backward still runs, and each full `.grad` is freed as soon as it is copied.
+# while backward still runs, and each full `.grad` is freed as soon as it is copied (what
+# stays in `.grad` is a stand-in that owns no memory, so `clip_grad_norm_` still works:
+# lesson 32).
 # The reference is torch's ZeRO + DDP: AdamW is element-wise, so stepping rows of a
 # tensor gives the bits of stepping the tensor.
 
@@ -25,9 +30,12 @@ import torch
 from torch import nn
 
 from minidp.comm import count_traffic
+from minidp.launch import run_threads
 from minidp.zero import Zero2Optimizer
 from minidp.zero.memory import measure
+from minidp.zero.stages import step_traffic
 from minidp.zero.textbook import TextbookZero2
+from minidp.zero.zero2_grads import FreedGrad
 
 WORLD, STEPS, WIDTH = 2, kit.pick(5, 3), kit.pick(64, 33)  # 33: rows that do not split evenly
 
@@ -69,10 +77,23 @@ def train(rank: int, world: int) -> dict:
         "equal": equal,
         "textbook_equal": book_equal,
         "sent": sent,
-        "grads_left": [g is None for g in full_grads_left],
+        # freed: None, or the stand-in that owns no storage (its rows live in the buckets)
+        "grads_left": [g is None or isinstance(g, FreedGrad) for g in full_grads_left],
         "grad_bytes": usage.grads,
         "buckets": len(opt.buckets),
     }
+
+
+def bytes_sent(rank: int, world: int) -> dict:
+    """Bytes this rank sends in one step of DDP and ZeRO-2 (ZeRO-1: lesson 19), on a
+    66k-parameter MLP (big enough that each collective's small header is noise)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(128, 256), nn.Tanh(), nn.Linear(256, 128), nn.Linear(128, 4))
+    g = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(16, 128, generator=g), torch.randint(0, 4, (16,), generator=g)
+    loss = nn.functional.cross_entropy
+    stages = ("ddp", "zero2")
+    return {s: step_traffic(s, model, x, y, loss, torch.optim.AdamW) for s in stages}
 
 
 # %% [markdown]
@@ -97,6 +118,19 @@ if __name__ == "__main__":
             f"rank {r}: gradient shard {res['grad_bytes']} B (full gradients: {4 * numel} B), "
             f"{res['buckets']} buckets, sent {res['sent'][-1]} B in the last step"
         )
+
+# %% [markdown]
+# ## 3. Against DDP: bytes sent per rank in one step (thread worlds)
+
+# %%
+if __name__ == "__main__":
+    ratios = {}
+    for w in (2, 4):
+        ranks = run_threads(bytes_sent, w)
+        ddp_b = sum(r["ddp"] for r in ranks)
+        ratios[w] = sum(r["zero2"] for r in ranks) / ddp_b
+        print(f"  W={w}: DDP {ddp_b // w} B per rank; ZeRO-2 {ratios[w]:.2f}x DDP's bytes "
+              "(ZeRO-1, lesson 19: 1.50x)")  # fmt: skip
 
 # %% [markdown]
 # ## Checks
@@ -134,6 +168,12 @@ if __name__ == "__main__":
             f"rank {r}: bytes sent per step = DDP's ring volume on the padded rows (+ headers)",
             0 <= res["sent"][-1] - ring <= headers,
             f"{res['sent'][-1]} vs {ring:.0f} + at most {headers}",
+        )
+    for w, r in ratios.items():  # measured; 2%: headers and ZeRO-2's padded rows
+        kit.check_true(
+            f"W={w}: ZeRO-2 sends DDP's bytes (1.0x), measured both ways",
+            abs(r - 1) <= 0.02,
+            f"{r:.3f}x",
         )
     kit.done()
     print(

@@ -6,18 +6,22 @@
   hooks during backward, each rank keeping and stepping only its dim-0 rows;
   ``zero2_layout.py`` (who holds which rows, bucket buffers), ``zero2_hooks.py`` (weak
   gradient hooks, one optimizer per parameter), ``zero2_state.py`` (checkpoints in
-  torch's format, any world size).
+  torch's format, any world size), ``zero2_grads.py`` (what stands in a freed ``.grad``:
+  global norms for ``clip_grad_norm_``), ``zero2_checks.py`` (what ``step()`` refuses).
 * ``textbook.py``: both stages in a few lines each, after backward, one call per parameter.
 * ``partition.py``: who owns what (whole parameters, or dim-0 rows).
 * ``checks.py``: the errors (unsupported optimizer, ranks that disagree, sparse grads).
 * ``objects.py``: a Python object (a state dict) broadcast over minidp's collectives.
 * ``memory.py``: model-state bytes per rank read from the real tensors; ``stages.py``: one
   step of DDP / ZeRO-1 / ZeRO-2 / FSDP, measured (memory and bytes sent).
-* ``plan.py``: the ZeRO paper's formulas for a real model — ``python -m minidp memory``.
+* ``plan.py``: the ZeRO paper's formulas for a real model — ``python -m minidp memory``;
+  ``activations.py``: activation bytes of a transformer layer stack (Korthikanti et al.),
+  with and without checkpointing.
 
 Lessons 18-20 and 23; measure: ``python -m minidp bench zero``.
 Test: ``pytest tests/test_zero.py tests/test_zero2.py tests/test_zero2_train.py
-tests/test_zero2_state.py tests/test_memory.py``
+tests/test_zero2_state.py tests/test_zero2_moves.py tests/test_memory.py
+tests/test_activations.py``
 """
 
 from minidp.zero.zero1 import ZeroRedundancyOptimizer
