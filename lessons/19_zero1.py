@@ -12,7 +12,20 @@
 # Who owns what is torch's rule (sorted by size, largest first, each to the rank with the
 # fewest elements so far); with the same owners, the same state lives on the same rank
 # as in `torch.distributed.optim.ZeroRedundancyOptimizer`, and the bits can be compared.
-# Ranks are processes (torch's DDP and ZeRO need a real process group).
+# Owning *whole* parameters is torch's choice, not the paper's: DeepSpeed's ZeRO-1 flattens
+# all parameters into one buffer and cuts it into N equal pieces (a parameter may straddle
+# two ranks), so its ranks are balanced to the element; torch's are only as balanced as
+# the biggest tensor allows.
+#
+# **What it costs on the wire.** Following torch — DDP's all-reduce of every gradient,
+# then one broadcast of each parameter from its owner — ZeRO-1 sends **1.5× DDP's bytes**
+# (the all-reduce's 2(N-1)/N·4Ψ plus the broadcasts' (N-1)/N·4Ψ, on average per rank;
+# an owner of big tensors sends more). The ZeRO paper's "ZeRO-1 costs what DDP costs"
+# (2Ψ) assumes a reduce-scatter of the gradients and an all-gather of the updated
+# parameters instead — which is ZeRO-2's step (lesson 20: 1.0×). Measured below.
+#
+# Ranks are processes (torch's DDP and ZeRO need a real process group); the traffic is
+# counted in a thread world (`minidp.zero.stages.step_traffic`).
 
 # %%
 import copy
@@ -23,22 +36,24 @@ import torch
 from torch import nn
 
 import minidp
+from minidp.launch import run_threads
 from minidp.zero import ZeroRedundancyOptimizer
 from minidp.zero.memory import optimizer_tensors, storage_bytes
 from minidp.zero.partition import partition_parameters
+from minidp.zero.stages import step_traffic
 from minidp.zero.textbook import TextbookZero1
 
 WORLD, STEPS, WIDTH = 2, kit.pick(5, 3), kit.pick(64, 32)
 
 
-def make_model() -> nn.Module:
+def make_model(width: int = WIDTH) -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Linear(WIDTH, 2 * WIDTH),
+        nn.Linear(width, 2 * width),
         nn.Tanh(),
-        nn.Linear(2 * WIDTH, WIDTH),
+        nn.Linear(2 * width, width),
         nn.Tanh(),
-        nn.Linear(WIDTH, 4),
+        nn.Linear(width, 4),
     )
 
 
@@ -82,6 +97,19 @@ def train(rank: int, world: int) -> dict:
     }
 
 
+def bytes_sent(rank: int, world: int) -> dict:
+    """Bytes this rank sends in one step of DDP and of ZeRO-1 (all-reduce + broadcasts).
+
+    Width 128 (66k parameters) in every mode: each collective also sends a small
+    cross-rank header, which a tiny model would let weigh in the ratio."""
+    g = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(16, 128, generator=g), torch.randint(0, 4, (16,), generator=g)
+    loss = nn.functional.cross_entropy
+    return {
+        s: step_traffic(s, make_model(128), x, y, loss, torch.optim.AdamW) for s in ("ddp", "zero1")
+    }
+
+
 # %% [markdown]
 # ## 1. Who owns what
 # The rule, on this model's parameters (sizes in elements):
@@ -113,6 +141,20 @@ if __name__ == "__main__":
     print(f"unsharded AdamW moments would be {full} B on every rank")
 
 # %% [markdown]
+# ## 3. The bytes on the wire, against DDP's
+# One step of each on 2 and 4 ranks (thread worlds), bytes sent per rank:
+
+# %%
+if __name__ == "__main__":
+    sent = {w: run_threads(bytes_sent, w) for w in (2, 4)}
+    ratio = {}
+    for w, ranks in sent.items():
+        ddp_b, zero_b = [r["ddp"] for r in ranks], [r["zero1"] for r in ranks]
+        ratio[w] = sum(zero_b) / sum(ddp_b)
+        print(f"  W={w}: DDP {ddp_b} B, ZeRO-1 {zero_b} B per rank: "
+              f"{ratio[w]:.2f}x DDP on average, {max(zero_b) / max(ddp_b):.2f}x for the busiest rank")  # fmt: skip
+
+# %% [markdown]
 # ## Checks
 # After every step, every parameter equals torch's ZeRO + DDP bit for bit (the gradient is
 # DDP's, the owner runs the same AdamW on the same tensors, a broadcast copies bits); each
@@ -141,6 +183,12 @@ if __name__ == "__main__":
             f"rank {r} holds torch's state bytes", res["state_bytes"] == res["torch_state_bytes"]
         )
     kit.check("replicas identical across ranks", results[0]["params"], results[1]["params"])
+    for w, r in ratio.items():  # measured both ways; 2%: each broadcast adds a small header
+        kit.check_true(
+            f"W={w}: ZeRO-1 (all-reduce + broadcasts) sends 1.5x DDP's bytes, not the same",
+            abs(r - 1.5) <= 0.02 * 1.5,
+            f"{r:.3f}x",
+        )
     ours, theirs = results[0]["state"], results[0]["torch_state"]
     kit.check(
         "consolidated state dict vs torch's",

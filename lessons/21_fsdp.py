@@ -14,9 +14,21 @@
 #   so each rank gets the average of the rows it owns — and steps only those.
 #
 # Communication per step: 2 all-gathers + 1 reduce-scatter of the parameters, 1.5x DDP's
-# all-reduce. To hide it, the next unit's all-gather is **prefetched** while this unit
-# computes. Here: how a parameter is cut, the textbook version, memory per rank, a traced
-# step showing the prefetch, and the check against PyTorch's own FSDP2 and DDP.
+# all-reduce. `reshard_after_forward=False` keeps each unit gathered from its forward to
+# its backward: no second all-gather, so DDP's bytes (1 all-gather + 1 reduce-scatter),
+# for the memory of whole parameters during the step — ZeRO-2's trade. To hide the
+# communication, the next unit's all-gather is **prefetched** while this unit computes.
+#
+# Two generations of torch's FSDP, two ways to cut: **FSDP1**
+# (`torch.distributed.fsdp.FullyShardedDataParallel`) flattens each unit's parameters
+# into one `FlatParameter` and gives each rank one contiguous slice of it; **FSDP2**
+# (`torch.distributed.fsdp.fully_shard`) keeps every parameter as its own tensor (a
+# DTensor) and cuts each on dim 0. minidp's textbook version (section 2) is FSDP1's flat
+# slice; `minidp.fully_shard` (section 1 onwards) is FSDP2's per-parameter cut.
+#
+# Here: how a parameter is cut, the textbook version, memory per rank, a traced step
+# showing what the prefetch hides and what it cannot, and the check against PyTorch's own
+# FSDP2 and DDP.
 
 # %%
 import contextlib
@@ -31,7 +43,7 @@ from torch import nn
 
 import minidp
 from minidp import trace
-from minidp.fsdp import full_state_dict, shard, sharded_bytes
+from minidp.fsdp import full_state_dict, shard, sharded_bytes, traffic
 from minidp.fsdp.textbook import TextbookFSDP
 
 WORLD = 2
@@ -81,7 +93,7 @@ def shard_all(model: TinyLM, fully_shard, **kw) -> TinyLM:
 
 
 # %% [markdown]
-# ## 1. How one parameter is cut
+# ## 1. How one parameter is cut (FSDP2's rule)
 # Dim 0 in `world` chunks of `ceil(rows / world)` rows — `torch.chunk`'s rule, which FSDP2
 # uses — every shard padded to the same length so that one all-gather of equal pieces
 # rebuilds it. 13 rows on 4 ranks: 4, 4, 4, 1 (rank 3 holds 1 row and 3 rows of padding).
@@ -100,9 +112,10 @@ if __name__ == "__main__":
         )
 
 # %% [markdown]
-# ## 2. The textbook version
+# ## 2. The textbook version (FSDP1's layout)
 # All of FSDP's idea in 67 lines (`minidp/fsdp/textbook.py`): one flat slice of all the
-# parameters per rank, gathered before the forward, reduce-scattered after the backward.
+# parameters per rank — FSDP1's `FlatParameter` — gathered before the forward,
+# reduce-scattered after the backward.
 
 # %%
 if __name__ == "__main__":
@@ -153,7 +166,12 @@ def fsdp_lesson(rank: int, world: int) -> dict:
         logits.sum().backward()
     model.zero_grad(set_to_none=True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    before = traffic(model).sent_bytes
     out["events"] = train(model, opt, batches(rank), record_step=STEPS - 1)
+    out["sent"] = traffic(model).sent_bytes - before  # all STEPS steps
+    kept = shard_all(make_model(), minidp.fully_shard, reshard_after_forward=False)
+    train(kept, torch.optim.AdamW(kept.parameters(), lr=1e-2), batches(rank))
+    out["sent_kept"] = traffic(kept).sent_bytes
     out["last_step"] = sharded_bytes(model)  # its peak_gathered: the most held at once
     out["minidp"] = full_state_dict(model)
     # PyTorch: plain DDP (any torch) and FSDP2 (torch >= 2.8, but not 2.8: kit.why_no_fsdp2)
@@ -206,16 +224,17 @@ if __name__ == "__main__":
     )
 
 # %% [markdown]
-# ### The traced step (rank 0)
+# ### The traced step (rank 0): what the prefetch hid, and what it did not
 # `compute` spans: each unit's forward and backward (the root's spans enclose the
-# blocks'). `hooks`: the moment an all-gather is *issued*. `comm`: the collectives on the
-# communication thread. Prefetch means unit k's all-gather is issued *before* unit k-1's
-# forward has finished (and in backward, before unit k+1's backward has finished).
+# blocks'), and `wait all-gather ...`: the compute thread blocked on a gather it needs
+# now. `hooks`: the moment an all-gather is *issued*. `comm`: the collectives, one after
+# another on the single communication thread. Times in ms from the step's start.
 
 # %%
 if __name__ == "__main__":
     events = [e for e in r0["events"] if e["pid"] == 0 and e["name"] not in ("send", "recv")]
     t0 = min(e["ts"] for e in events)
+    print(f"  {'lane':<8} {'ms':<20} event")
     for e in sorted(events, key=lambda e: e["ts"]):
         when = f"{(e['ts'] - t0) / 1e3:7.2f}"
         if "dur" in e:
@@ -227,24 +246,91 @@ if __name__ == "__main__":
     )
     print(f"\nChrome trace of both ranks: {path} (open it in https://ui.perfetto.dev)")
 
-    def when(name: str, end: bool = False) -> float:
-        e = next(e for e in events if e["name"] == name)
-        return e["ts"] + (e["dur"] if end else 0)
+# %% [markdown]
+# Issuing a gather early is not hiding it. For each all-gather: how long it waited in the
+# comm thread's queue (behind the collective before it), how long it ran, and how much of
+# that the compute thread spent blocked on it (**exposed**) — the rest ran while the
+# compute thread worked (**hidden**).
 
-    forward_ok = all(
-        when(f"issue all-gather unit {k}") < when(f"forward unit {k - 1}", end=True)
-        for k in range(2, BLOCKS + 1)
+# %%
+if __name__ == "__main__":
+    comm = sorted((e for e in events if e["tid"] == "comm"), key=lambda e: e["ts"])
+    issues = sorted((e for e in events if e["name"].startswith("issue ")), key=lambda e: e["ts"])
+    waits = [e for e in events if e["tid"] == "compute" and e["name"].startswith("wait all-gather")]
+    gathers, pending = [], list(comm)
+    for issue in issues:  # pair each issue with its run on the comm thread, in order
+        name = issue["name"].removeprefix("issue ")
+        run = next(e for e in pending if e["name"] == name and e["ts"] >= issue["ts"])
+        pending.remove(run)
+        before = [e for e in comm if e["ts"] < run["ts"]]
+        # the compute thread's wait for this gather: the one that ends right after it
+        wait = min(
+            (w for w in waits if w["name"] == "wait " + name and w["ts"] + w["dur"] >= run["ts"]),
+            key=lambda w: w["ts"],
+            default=None,
+        )
+        gathers.append((name, issue, run, before[-1]["name"] if before else "-", wait))
+    print(f"  {'all-gather':<20}{'queued ms':>10}{'ran ms':>8}{'exposed ms':>11}{'hidden ms':>10}"
+          "   queued behind")  # fmt: skip
+    exposed_total = ran_total = 0.0
+    for name, issue, run, behind, wait in gathers:
+        queued = (run["ts"] - issue["ts"]) / 1e3
+        ran = run["dur"] / 1e3
+        exposed = min(ran, wait["dur"] / 1e3) if wait else 0.0
+        exposed_total, ran_total = exposed_total + exposed, ran_total + ran
+        print(f"  {name:<20}{queued:>10.2f}{ran:>8.2f}{exposed:>11.2f}{ran - exposed:>10.2f}"
+              f"   {behind if queued > 0.5 else ''}")  # fmt: skip
+    print(f"  all-gathers: {ran_total:.1f} ms, of which {exposed_total:.1f} ms exposed")
+# %% [markdown]
+# Here most of the gathering is exposed, for two reasons the trace shows. A block's
+# compute is a fraction of a millisecond and a gloo collective on a shared CPU takes
+# milliseconds: there is little compute to hide behind. And one comm thread runs every
+# collective in order, so in backward a prefetched all-gather queues behind the previous
+# unit's reduce-scatter while the compute thread waits for it. FSDP2 on GPUs runs
+# all-gathers and reduce-scatters on *separate CUDA streams*, so a reduce-scatter does not
+# hold up the next gather, and lets you prefetch further ahead explicitly:
+# `module.set_modules_to_forward_prefetch([...])` and
+# `set_modules_to_backward_prefetch([...])` name the units to gather next.
+#
+# The checks read the trace, not the issue order: no unit computes before its gather has
+# ended, and every exposed wait is the compute thread waiting for the gather it needs (it
+# began while that gather still ran and ended only after it; on a busy machine the compute
+# thread may get the CPU back a few ms later still).
+
+# %%
+if __name__ == "__main__":
+
+    def end(e: dict) -> float:
+        return e["ts"] + e["dur"]
+
+    first_fwd = {e["name"]: e for e in reversed(events) if e["name"].startswith("forward")}
+    ok = all(
+        end(run) <= first_fwd[f"forward {name.removeprefix('all-gather ')}"]["ts"]
+        for name, _, run, _, _ in gathers[: BLOCKS + 1]  # the forward gathers: root, units 1..
     )
+    kit.check_true("no unit computes its forward before its all-gather has ended", ok)
+    back = gathers[BLOCKS + 1 :]  # the backward's second gathers
+    ok = all(
+        end(run)
+        <= next(e["ts"] for e in events if e["name"] == f"backward {n.removeprefix('all-gather ')}")
+        for n, _, run, _, _ in back
+    )
+    kit.check_true("no unit computes its backward before its all-gather has ended", ok)
+    late = [  # a wait must begin while its gather still runs, and end only after it has
+        (name, (end(wait) - end(run)) / 1e3)
+        for name, _, run, _, wait in gathers
+        if wait is not None and not wait["ts"] <= end(run) <= end(wait)
+    ]
     kit.check_true(
-        "forward prefetch: unit k's all-gather issued while unit k-1 computes", forward_ok
+        "each exposed wait covers the end of the gather it waits for", not late, str(late)
     )
-    backward_ok = all(
-        max(e["ts"] for e in events if e["name"] == f"issue all-gather unit {k}")
-        < when(f"backward unit {k + 1}", end=True)
-        for k in range(1, BLOCKS)
-    )
+    per_step, per_step_kept = r0["sent"] / STEPS, r0["sent_kept"] / STEPS
+    print(f"  bytes sent per step: {per_step:,.0f} resharding after forward, "
+          f"{per_step_kept:,.0f} with reshard_after_forward=False")  # fmt: skip
     kit.check_true(
-        "backward prefetch: unit k's all-gather issued while unit k+1 computes", backward_ok
+        "reshard_after_forward=False: no backward all-gather, 2/3 of the bytes (DDP's)",
+        abs(per_step_kept / per_step - 2 / 3) <= 0.05,
+        f"{per_step_kept / per_step:.3f}",
     )
 
 # %% [markdown]

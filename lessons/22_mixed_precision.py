@@ -17,6 +17,13 @@
 #   master weights' dtype (the bf16 gradients are upcast, then summed in fp32). This
 #   lesson shows both and which one your torch uses.
 #
+# So FSDP2's layout is **4 + 4 + 8** bytes per AdamW parameter (fp32 shard, fp32 gradient,
+# fp32 moments), sharded, plus bf16 copies of the units gathered at the moment. The ZeRO
+# paper's mixed precision, counted in lessons 18 and 23, is **2 + 2 + 12** (bf16 weights
+# and gradients, fp32 master copy and moments): the same 16 bytes, split differently. The
+# planner names which it counts (`python -m minidp memory --precision fsdp2-bf16` for this
+# one; lesson 23 measures it against the planner).
+#
 # Here: why the master weights must stay fp32, what the policy changes (dtypes and bytes
 # measured), and minidp's policy against FSDP2's, bit for bit.
 
@@ -55,11 +62,11 @@ if __name__ == "__main__":
     in_bf16 = (w.bfloat16() - update.bfloat16()).float()
     in_fp32 = w - update
     print(f"  1.0 - 0.001 in bf16: {in_bf16.item()!r};  in fp32: {in_fp32.item()!r}")
-    kit.check_true("the update vanishes in bf16", in_bf16.item() == 1.0)
-    kit.check_true("the update survives in fp32", in_fp32.item() != 1.0)
     spacing = (torch.tensor(1.0).bfloat16().nextafter(torch.tensor(2.0).bfloat16()) - 1).item()
-    kit.check_true("bf16 spacing next to 1.0 is 2^-7", spacing == 2**-7, f"{spacing!r}")
+    print(f"  bf16 spacing just above 1.0: {spacing!r} (2^-7)")
     print("  so: step fp32 master weights, compute with bf16 copies of them")
+    # (facts about torch's number formats, shown, not checked: the checks below test what
+    # this lesson builds — the policy's dtypes, bytes and weights against FSDP2's)
 
 
 # %% [markdown]

@@ -15,17 +15,23 @@
 # 3. whether the planner's numbers are what real tensors take (measured on a small model).
 #
 # The planner is `python -m minidp memory`; activations, the CUDA context and
-# fragmentation come on top of everything here.
+# fragmentation come on top of everything here. Every size is in GiB (2^30 bytes), the
+# unit GPU memory is sold in: an "80 GB" A100 holds 80 GiB.
 
 # %%
+import copy
+
 import kit
 import torch
 from torch import nn
 
+import minidp
 from minidp.launch import run_threads
 from minidp.zero import plan
 from minidp.zero.memory import measure
-from minidp.zero.stages import step_and_measure
+from minidp.zero.stages import step_and_measure, train_step
+
+GIB = plan.GIB
 
 # Qwen2.5-14B's published configuration (config.json on its model card).
 QWEN_14B = dict(
@@ -114,11 +120,24 @@ def small_model() -> nn.Module:
     return Qwen2Like(**SMALL)
 
 
-def zero2_on_rank(rank: int, world: int, model: nn.Module):
+def stages_on_rank(rank: int, world: int, model: nn.Module) -> dict:
+    """One AdamW step of DDP, ZeRO-2, and FSDP with FSDP2's bf16 policy; bytes measured."""
     g = torch.Generator().manual_seed(rank)
     x = torch.randint(0, SMALL["vocab"], (2, 8), generator=g)
     y = torch.randint(0, SMALL["vocab"], (2, 8), generator=g)
-    return step_and_measure("zero2", model, x, y, lm_loss, torch.optim.AdamW, lr=1e-3)
+    out = {
+        s: step_and_measure(s, model, x, y, lm_loss, torch.optim.AdamW, lr=1e-3)
+        for s in ("ddp", "zero2")
+    }
+    fsdp = copy.deepcopy(model)  # minidp's policy is FSDP2's, bit for bit (lesson 22)
+    policy = minidp.MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+    for layer in fsdp.layers:
+        minidp.fully_shard(layer, mp_policy=policy)
+    minidp.fully_shard(fsdp, mp_policy=policy)
+    opt = torch.optim.AdamW(fsdp.parameters(), lr=1e-3)
+    train_step(fsdp, opt, x, y, lm_loss)
+    out["fsdp2-bf16"] = measure(fsdp, opt)
+    return out
 
 
 # %% [markdown]
@@ -143,37 +162,57 @@ if __name__ == "__main__":
 # ## 2. The post's case: every parameter frozen
 # A frozen model needs no gradients and no optimizer state: only the weights. DP and DDP
 # put a full copy on each GPU (and DP's main GPU also gathers every output); FSDP would
-# split it. Two A100s come with 40 or 80 GB:
+# split it. Two A100s come with 40 or 80 GiB:
 
 # %%
 if __name__ == "__main__":
     for precision in ("fp32", "bf16"):
         r = plan.plan(psi, 2, 80, precision=precision, trainable=0)
         print(
-            f"frozen, {precision}: DP/DDP {r[0].total / 1e9:.1f} GB on each GPU, "
-            f"FSDP {r[3].total / 1e9:.1f} GB"
+            f"frozen, {precision}: DP/DDP {r[0].total / GIB:.1f} GiB on each GPU, "
+            f"FSDP {r[3].total / GIB:.1f} GiB"
         )
     frozen32 = plan.plan(psi, 2, 40, precision="fp32", trainable=0)
     frozen16 = plan.plan(psi, 2, 40, precision="bf16", trainable=0)
     print(
-        f"fp32 weights: {frozen32[0].total / 1e9:.1f} GB per GPU replicated — over a 40 GB A100 "
-        f"before a single activation; bf16: {frozen16[0].total / 1e9:.1f} GB. DP vs DDP does not "
-        "change the replica; halving the bytes (bf16) or splitting the weights (FSDP) does."
+        f"fp32 weights: {frozen32[0].total / GIB:.1f} GiB per GPU replicated — over a 40 GiB "
+        f"A100 before a single activation; bf16: {frozen16[0].total / GIB:.1f} GiB. DP vs DDP "
+        "does not change the replica; halving the bytes (bf16) or splitting the weights (FSDP) does."
     )
 
 # %% [markdown]
 # ## 3. Fully fine-tuning it with AdamW
-# With bf16 weights and gradients and fp32 master weights and moments (2 + 2 + 12 = 16
-# bytes per parameter), on two 80 GB A100s:
+# Two mixed-precision *layouts* hold the same 16 bytes per parameter, split differently:
+#
+# * the ZeRO paper's (Megatron, DeepSpeed): bf16 weights and gradients, an fp32 master
+#   copy and fp32 moments, 2 + 2 + 12 — what the planner's `bf16-mixed` counts;
+# * FSDP2's `MixedPrecisionPolicy(param_dtype=bf16)` (lesson 22): the sharded weights *are*
+#   the fp32 master copy, their gradients are fp32, moments fp32: 4 + 4 + 8 — `fsdp2-bf16` —
+#   plus, for a moment, bf16 copies of the units being gathered (one decoder layer here,
+#   two while the next is prefetched).
+#
+# DDP and ZeRO-1 also keep torch DDP's flat gradient buckets (lesson 18), a second gradient
+# copy unless `gradient_as_bucket_view=True` (`--ddp-buckets` counts them). On two 80 GiB
+# A100s:
 
 # %%
 if __name__ == "__main__":
-    rows = plan.plan(psi, 2, 80)
-    print(plan.format_plan(rows, psi, 2, "Qwen2.5-14B, AdamW", "bf16-mixed: 2+2+12 bytes/param"))
+    rows = plan.plan(psi, 2, 80, buckets=True)
+    print(plan.format_plan(rows, psi, 2, "Qwen2.5-14B, AdamW", "2+2+12 bytes/param", "bf16-mixed"))
+    fsdp2 = plan.plan(psi, 2, 80, precision="fsdp2-bf16", buckets=True)
+    print(plan.format_plan(fsdp2, psi, 2, "Qwen2.5-14B, AdamW", "4+4+8 bytes/param", "fsdp2-bf16"))
+    psi_layer = qwen2_param_count(**{**QWEN_14B, "layers": 1}) - qwen2_param_count(
+        **{**QWEN_14B, "layers": 0}
+    )
+    print(
+        f"FSDP2 also gathers bf16 units: one decoder layer = {psi_layer / 1e6:.0f} M parameters = "
+        f"{2 * psi_layer / GIB:.2f} GiB, two with prefetch; the root (embeddings, head) "
+        f"{2 * 2 * QWEN_14B['vocab'] * QWEN_14B['hidden'] / GIB:.2f} GiB."
+    )
     need = {}
     for stage in plan.STAGES:
         n = 1
-        while not plan.plan(psi, n, 80)[plan.STAGES.index(stage)].fits and n <= 1024:
+        while not plan.plan(psi, n, 80, buckets=True)[plan.STAGES.index(stage)].fits and n <= 1024:
             n += 1
         need[stage] = n
     print(
@@ -183,8 +222,9 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # ## 4. Are the planner's bytes what real tensors take?
-# The small Qwen2-shaped model trained one AdamW step by torch alone (fp32: 4 + 4 + 8), and
-# under minidp's ZeRO-2 on 2 ranks, measured from the tensors:
+# The small Qwen2-shaped model trained one AdamW step by torch alone (fp32: 4 + 4 + 8);
+# then on 2 ranks under minidp's DDP (with its buckets), ZeRO-2, and FSDP with the bf16
+# policy (FSDP2's layout), measured from the tensors:
 
 # %%
 if __name__ == "__main__":
@@ -200,11 +240,25 @@ if __name__ == "__main__":
         f"one torch process: measured {measured.total} B, planner {planned.total:.0f} B "
         f"(+ {4 * n_tensors} B of AdamW step counters)"
     )
-    z2 = run_threads(zero2_on_rank, 2, model)
+    ranks = run_threads(stages_on_rank, 2, model)
+    z2 = [r["zero2"] for r in ranks]
     planned2 = plan.plan(counted, 2, 80, precision="fp32")[2]
     print(
         f"ZeRO-2, 2 ranks: measured {[u.total for u in z2]} B per rank, planner {planned2.total:.0f} B"
     )
+    ddp = [r["ddp"] for r in ranks]
+    planned_ddp = plan.plan(counted, 2, 80, precision="fp32", buckets=True)[0]
+    print(f"DDP, 2 ranks: measured {[u.total for u in ddp]} B per rank, planner with buckets "
+          f"{planned_ddp.total:.0f} B (+ {4 * n_tensors} B of step counters)")  # fmt: skip
+    f2 = [r["fsdp2-bf16"] for r in ranks]
+    planned_f2 = plan.plan(counted, 2, 80, precision="fsdp2-bf16")[3]
+    for name, u, pl in (
+        ("mixed FSDP, measured", f2[0], None),
+        ("planner fsdp2-bf16", None, planned_f2),
+    ):
+        w, g, o = (u.params, u.grads, u.optimizer) if u else (pl.weights, pl.grads, pl.optimizer)
+        print(f"{name:>24}: weights {w / counted:.2f}, grads {g / counted:.2f}, "
+              f"optimizer {o / counted:.2f} B per parameter")  # fmt: skip
 
 # %% [markdown]
 # ## Checks
@@ -219,13 +273,13 @@ if __name__ == "__main__":
     kit.check_true(
         "Qwen2.5-14B: 14.7 B parameters (model card)", abs(psi / 14.7e9 - 1) < 0.01, f"{psi}"
     )
-    kit.check_true("frozen fp32 replica does not fit a 40 GB A100", not frozen32[0].fits)
+    kit.check_true("frozen fp32 replica does not fit a 40 GiB A100", not frozen32[0].fits)
     kit.check_true(
-        "full fine-tuning under DDP needs ~235 GB per GPU",
-        abs(rows[0].total / 1e9 - 16 * psi / 1e9) < 1e-6,
-        f"{rows[0].total / 1e9:.0f} GB",
+        "DDP rank, measured: the planner's DDP row with buckets + step counters",
+        all(u.total == planned_ddp.total + 4 * n_tensors for u in ddp),
+        f"{[u.total for u in ddp]} vs {planned_ddp.total:.0f}",
     )
-    kit.check_true("even FSDP on two 80 GB GPUs does not fit", not rows[3].fits)
+    kit.check_true("even FSDP on two 80 GiB GPUs does not fit", not rows[3].fits)
     kit.check_true(
         "one torch AdamW process: measured bytes == planner + step counters",
         measured.total == planned.total + 4 * n_tensors,
@@ -235,5 +289,18 @@ if __name__ == "__main__":
         "ZeRO-2 per rank within 2% of the planner (padding, counters)",
         all(abs(u.total - planned2.total) <= 0.02 * planned2.total for u in z2),
         f"{[u.total for u in z2]} vs {planned2.total:.0f}",
+    )
+    # FSDP under the bf16 policy: the planner's fsdp2-bf16 split, not the paper's 2+2+12
+    kit.check_true(
+        "FSDP + bf16 policy, measured: the planner's fsdp2-bf16 weights/grads/optimizer (2%)",
+        all(
+            abs(got - want) <= 0.02 * want
+            for u in f2
+            for got, want in zip(
+                (u.params, u.grads, u.optimizer),
+                (planned_f2.weights, planned_f2.grads, planned_f2.optimizer),
+            )
+        ),
+        f"{f2[0]} vs {planned_f2}",
     )
     kit.done()

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 import minidp
+from minidp.comm import count_traffic
 from minidp.launch import run_threads
 
 BATCH, STEPS, WORLD = kit.pick(64, 16), kit.pick(5, 3), 2
@@ -100,12 +101,58 @@ if __name__ == "__main__":
 
 # %%
 if __name__ == "__main__":
-    from minidp.nn.sync_batchnorm import _global_stats
+    from minidp.nn.sync_batchnorm import _global_stats, _SyncBatchNormFn
 
     print(inspect.getsource(_global_stats))
+    before = make_model()[1]
     synced = minidp.SyncBatchNorm.convert_sync_batchnorm(make_model())
-    print(f"converted: {synced[1]!r} -> {type(synced[1]).__name__}")
+    print(f"converted: {before!r} ({type(before).__name__}) -> {type(synced[1]).__name__}")
     trained = run_threads(train, WORLD, synced, batches)
+
+# %% [markdown]
+# ## 4. The backward, the running variance, and the cost
+# Each output depends on the *global* mean and variance, so each input's gradient depends
+# on every rank's `dy` too: `dx = (dy - Σdy/N - x̂·Σ(dy·x̂)/N) · γ/σ`, with both sums over
+# the global batch of N. The backward all-reduces the two per-channel sums Σdy and
+# Σdy·x̂ (x̂ = (x−μ)/σ), one collective of 2C numbers. The running variance is updated
+# with the *unbiased* global variance, `var · N/(N−1)` with the global N — what one
+# process on the whole batch computes.
+#
+# The price: per BatchNorm layer and step, one all-gather in forward and one all-reduce in
+# backward, each blocking the training thread: unlike DDP's bucket all-reduces, nothing
+# overlaps them. Below, one step of two ranks: each rank's input gradient against one
+# process on the full batch, and the bytes the training thread itself sent.
+
+# %%
+if __name__ == "__main__":
+    print(inspect.getsource(_SyncBatchNormFn.backward))
+
+
+def one_bn_step(rank: int, world: int, bn: nn.Module, x: torch.Tensor, w: torch.Tensor) -> dict:
+    """Forward and backward of this rank's half through a copy of ``bn``; what it sent."""
+    bn = copy.deepcopy(bn)
+    xs = x.chunk(world)[rank].clone().requires_grad_(True)  # (B/world, C) rank-local
+    with count_traffic() as fwd:
+        out = bn(xs)
+    with count_traffic() as bwd:
+        (out * w.chunk(world)[rank]).sum().backward()
+    return {"dx": xs.grad, "forward": fwd.sent_bytes, "backward": bwd.sent_bytes}
+
+
+if __name__ == "__main__":
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(BATCH, 32, generator=g), torch.randn(BATCH, 32, generator=g)
+    x[: BATCH // 2] += 2.0  # the halves differ, as above
+    full = x.clone().requires_grad_(True)
+    (nn.BatchNorm1d(32)(full) * w).sum().backward()  # one process, the whole batch
+    sync_bn = minidp.SyncBatchNorm.convert_sync_batchnorm(nn.BatchNorm1d(32))
+    steps = run_threads(one_bn_step, WORLD, sync_bn, x, w)
+    plain_steps = run_threads(one_bn_step, WORLD, nn.BatchNorm1d(32), x, w)
+    for r, st in enumerate(steps):
+        print(f"rank {r}: sent {st['forward']} B in forward, {st['backward']} B in backward "
+              "(on the training thread)")  # fmt: skip
+    off = (plain_steps[0]["dx"] - full.grad.chunk(WORLD)[0]).abs().max().item()
+    print(f"plain BatchNorm's input gradient, rank 0: off by up to {off:.3g}")
 
 # %% [markdown]
 # ## Checks
@@ -133,5 +180,24 @@ if __name__ == "__main__":
             atol=1e-6,
         )
     kit.check_true("plain BatchNorm under DDP is measurably different", gap > 1e-3, f"{gap:.3g}")
+    kit.check_true(
+        "convert_sync_batchnorm replaced a BatchNorm1d with a SyncBatchNorm",
+        type(before) is nn.BatchNorm1d and type(synced[1]) is minidp.SyncBatchNorm,
+        f"{type(before).__name__} -> {type(synced[1]).__name__}",
+    )
+    kit.check(
+        "SyncBatchNorm backward: each rank's input gradient vs one process on the full batch",
+        [st["dx"] for st in steps],
+        list(full.grad.chunk(WORLD)),
+        exact=False,
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    kit.check_true(
+        "SyncBatchNorm communicates in forward and in backward, on the training thread",
+        all(st["forward"] > 0 and st["backward"] > 0 for st in steps)
+        and all(st["forward"] == st["backward"] == 0 for st in plain_steps),
+        str([(st["forward"], st["backward"]) for st in steps]),
+    )
     kit.check_true("torch's SyncBatchNorm refuses CPU tensors", bool(refused), refused)
     kit.done()

@@ -23,7 +23,10 @@
 #    GPU 0: the ranks pile onto one device. 2. NCCL only moves CUDA tensors; gloo stays
 #    for CPU tensors. 3. `device_ids` names the single GPU the module lives on (for a CPU
 #    module it must be left out). 4. Page-locked ("pinned") host memory lets the copy to
-#    the GPU run asynchronously, overlapping the next batch's loading. 5. A checkpoint
+#    the GPU run asynchronously (`non_blocking=True`): the host-to-GPU copy of a batch
+#    overlaps the GPU's compute instead of stalling it. (Loading and preparing the next
+#    batch in parallel is the DataLoader workers' job, `num_workers`, not pinning's.)
+#    5. A checkpoint
 #    records each tensor's device; `map_location` remaps them, or every rank loads
 #    rank 0's copy onto GPU 0.
 #
@@ -90,7 +93,9 @@ def one_gpu_reference() -> list[torch.Tensor]:
 
 
 def first_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:150]}"
+    """The error's type and first line, whole: the useful part of torch's messages is
+    often at the end ("but got device_ids [0], ... module parameters {cpu}")."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
 
 
 # %% [markdown]
@@ -128,7 +133,9 @@ if __name__ == "__main__":
             dist.destroy_process_group()
         for what, message in refused.items():
             print(f"{what:>10} -> {message}")
-        moved = torch.arange(4.0).to("cpu", non_blocking=True)  # CPU to CPU: a plain copy
+        src = torch.arange(4.0)
+        same = src.to("cpu", non_blocking=True) is src  # already there: nothing is copied
+        print(f"on CPU, x.to('cpu', non_blocking=True) is x itself: {same} (no copy to overlap)")
     else:
         print(f"{GPUS} GPU(s): {torch.cuda.get_device_name(0)}")
 
@@ -199,7 +206,12 @@ if __name__ == "__main__":
             set(refused) == {"set_device", "pin_memory", "nccl", "device_ids"},
             ", ".join(refused),
         )
-        kit.check("a non_blocking copy on CPU is a plain copy", moved, torch.arange(4.0))
+        kit.check_true(
+            "the device_ids error is shown whole: what was passed and where the module is",
+            "but got device_ids [0]" in refused["device_ids"]
+            and "module parameters {device(type='cpu')}" in refused["device_ids"],
+            refused["device_ids"],
+        )
     for world, ranks in gpu_runs.items():
         # cuBLAS may pick other kernels between runs: close, not claimed bit for bit
         kit.check(

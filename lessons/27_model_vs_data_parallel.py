@@ -19,6 +19,23 @@
 # Model parallelism is for models that do not fit on one device; pipelines (GPipe,
 # `torch.distributed.pipelining`) cut the batch into micro-batches to fill the bubble.
 #
+# A pipeline cuts the model *between* layers. The other way to split a model is **tensor
+# parallelism** (Megatron-LM): cut *each* big layer, so every rank holds a slice of every
+# weight and all ranks work on the same layer at once. In a transformer's MLP, the first
+# weight is cut by columns and the second by rows; each rank computes its part of the
+# hidden layer with no communication, and one all-reduce per MLP sums the partial outputs
+# (and one more in backward). It moves activations at every layer, so it stays inside a
+# node with fast links; pipelines and data parallelism span the nodes
+# (`torch.distributed.tensor.parallel`: `ColwiseParallel`, `RowwiseParallel`).
+#
+# ```text
+#   pipeline (this lesson)            tensor parallel (Megatron MLP, 2 ranks)
+#   rank 0: x -> [layer 1] --act-->     x --+--> x·A[:, :h/2] -> gelu -> ·B[:h/2, :] --+
+#   rank 1:        --act--> [layers 2-3]    |    (rank 0)                               +-> all-reduce -> y
+#           <-- grad of act --              +--> x·A[:, h/2:] -> gelu -> ·B[h/2:, :] --+
+#                                                (rank 1)
+# ```
+#
 # Both run here on two real rank processes, on the same model and batch, measured with
 # `minidp.comm.count_traffic`. The pipeline sends with minidp's point-to-point
 # (`minidp.comm.p2p.send`/`recv`, the primitive all its collectives are built from).

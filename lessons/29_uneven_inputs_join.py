@@ -5,15 +5,24 @@
 #
 # Every DDP backward is a collective: each rank's gradient all-reduce waits for the same
 # all-reduce on every other rank. If rank 0 has 2 batches and rank 1 has 3, rank 1's third
-# backward waits for a partner that has left the loop — forever, by default (the
-# process group's timeout is 30 minutes). It happens with an uneven last shard, a
-# sampler without padding, or data filtered per rank.
+# backward waits for a partner that has left the loop — until the group's timeout: 30
+# minutes by default on gloo, 10 on NCCL (torch's `kProcessGroupDefaultTimeout` and
+# `kProcessGroupNCCLDefaultTimeout`; `init_process_group(timeout=...)` changes it). It
+# happens with an uneven last shard, a sampler without padding, or data filtered per rank.
 #
 # The fix is `Join`: wrap the loop in `with Join([ddp]):` (torch) or `with ddp.join():`
 # (minidp). A rank that runs out keeps *shadowing* the others' collectives — it answers
 # each all-reduce with zeros — until every rank is done; then all take the model of the
-# last rank to finish. Zeros add nothing, so the ranks still training average their own
-# gradients (divided by the initial world size).
+# last rank to finish. Zeros add nothing, but the divisor stays the **initial** world
+# size: a rank training alone on 2 ranks applies g/2, half its own gradient, so every
+# sample weighs the same. `divide_by_initial_world_size=False` divides by the ranks still
+# training instead (g/1 here: a lone rank's samples weigh more). `throw_on_early_termination=True`
+# makes every rank raise as soon as one runs out, for loops that would rather stop.
+#
+# Join shadows only the collectives of the *Joinable* objects it was given (DDP's
+# gradient all-reduce, ZeroRedundancyOptimizer's broadcasts): any other collective in the
+# loop — an all-reduce of the loss for logging, a metric — has no shadow, and hangs the
+# same way.
 #
 # Two real rank processes train the same uneven data through torch's `Join` and minidp's
 # `join()`, and compare; then show the hang without it, on a process group with a
@@ -44,13 +53,31 @@ def my_batches(rank: int) -> list:
     return everything[start : start + COUNTS[rank]]  # this rank's own batches
 
 
-def train(ddp: nn.Module, batches: list) -> int:
+def train(ddp: nn.Module, batches: list, lone: dict | None = None) -> int:
+    """SGD over ``batches``; into ``lone``, on the last batch of a rank training alone:
+    its own gradient ("local", from a plain copy) and the one DDP applied ("applied")."""
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    for xb, yb in batches:
+    for i, (xb, yb) in enumerate(batches):
         opt.zero_grad()
+        alone = lone is not None and i == len(batches) - 1 and i >= min(COUNTS)
+        if alone:  # the other rank has joined: what does this rank's step apply?
+            plain = kit.make_model()
+            plain.load_state_dict(ddp.module.state_dict())
+            nn.functional.cross_entropy(plain(xb), yb).backward()
+            lone["local"] = [p.grad for p in plain.parameters()]
         nn.functional.cross_entropy(ddp(xb), yb).backward()
+        if alone:
+            lone["applied"] = [p.grad.clone() for p in ddp.module.parameters()]
         opt.step()
     return len(batches)
+
+
+def lone_gradients(rank: int, make_ddp, join, divide: bool) -> dict:
+    """Train the uneven batches under Join; the lone rank's local and applied gradients."""
+    ddp, lone = make_ddp(kit.make_model()), {}
+    with join(ddp, divide):
+        train(ddp, my_batches(rank), lone)
+    return lone
 
 
 def without_join(rank: int, make_ddp) -> str:
@@ -74,10 +101,25 @@ def rank_main(rank: int, world: int) -> dict:
     with ours.join():
         steps = train(ours, batches)
     kit.say(rank, f"trained {steps} batches under join, then shadowed until all were done")
+    joins = {  # library: (DDP, its Join with the divisor flag)
+        "torch": (TorchDDP, lambda d, div: Join([d], divide_by_initial_world_size=div)),
+        "minidp": (MinidpDDP, lambda d, div: d.join(divide_by_initial_world_size=div)),
+    }
+    lone = {
+        (lib, divide): lone_gradients(rank, make, join, divide)
+        for lib, (make, join) in joins.items()
+        for divide in (True, False)
+    }
     # Now without Join. Last, so that the first DDP's start-up (slow on a loaded machine)
     # is behind us: a rank merely slower than the short timeout would fail too.
     errors = {"torch": without_join(rank, TorchDDP), "minidp": without_join(rank, MinidpDDP)}
-    return {"torch": theirs.module, "minidp": ours.module, "steps": steps, "errors": errors}
+    return {
+        "torch": theirs.module,
+        "minidp": ours.module,
+        "steps": steps,
+        "errors": errors,
+        "lone": lone,
+    }
 
 
 # %% [markdown]
@@ -94,6 +136,20 @@ if __name__ == "__main__":
     for r, res in enumerate(results):
         for lib, err in res["errors"].items():
             print(f"rank {r}, {lib} DDP without Join: {err or 'finished its batches'}")
+
+# %% [markdown]
+# ### Alone on 2 ranks: g/2, or g with `divide_by_initial_world_size=False`
+# Rank 1's last batch, after rank 0 has joined: the gradient its DDP applied, against its
+# own gradient (a plain copy of the model on the same batch).
+
+# %%
+if __name__ == "__main__":
+    lone = results[1]["lone"]
+    for (lib, divide), g in lone.items():
+        ratio = (g["applied"][0] / g["local"][0]).flatten()[0].item()
+        print(
+            f"  {lib:>6}, divide_by_initial_world_size={divide!s:<5}: applied / own = {ratio:.3f}"
+        )
 
 # %% [markdown]
 # ## 2. What a joined rank does
@@ -128,6 +184,14 @@ if __name__ == "__main__":
     for r, res in enumerate(results):
         kit.check(
             f"rank {r}: minidp join() vs torch Join, final parameters", res["minidp"], res["torch"]
+        )
+    for (lib, divide), g in results[1]["lone"].items():
+        divisor = WORLD if divide else 1
+        kit.check(
+            f"{lib}, divide_by_initial_world_size={divide}: the lone rank applies g/{divisor}",
+            g["applied"],
+            [t / divisor for t in g["local"]],
+            exact=False,
         )
     kit.check(
         "rank 1's model vs rank 0's after join (both libraries)",

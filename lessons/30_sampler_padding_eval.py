@@ -12,7 +12,7 @@
 # Fixes, each measured here against the exact one-process accuracy:
 # * **drop the duplicates by position**: index number `i` of rank `r` sits at position
 #   `r + i·world` of the padded list; positions `>= len(dataset)` are padding;
-# * **an uneven split**: rank `r` evaluates `range(r, n, world)` (3, 3 and 4 samples here),
+# * **an uneven split**: rank `r` evaluates `range(r, n, world)` (4, 3 and 3 samples here),
 #   counts all-reduced. Evaluation runs no DDP backward, so unequal counts cannot hang.
 #
 # (With `shuffle=False`, as evaluation usually runs, both fixes pick the same indices; the
@@ -122,5 +122,11 @@ if __name__ == "__main__":
     kit.check_true("drop_last evaluates only 9 samples", int(results["drop_last"][1]) == 9)
     kit.check("dropping padding by position vs one process", results["dedup"], exact)
     kit.check("uneven split vs one process", results["uneven"], exact)
+    uneven = [indices_for(r, WORLD, N, "uneven") for r in range(WORLD)]
+    kit.check_true(
+        "the uneven split: 4, 3 and 3 samples, every sample once",
+        [len(u) for u in uneven] == [4, 3, 3] and sorted(sum(uneven, [])) == list(range(N)),
+        str(uneven),
+    )
     kit.check_true("every rank holds the same counts", same_on_ranks)
     kit.done()

@@ -8,14 +8,20 @@
 # That is how larger jobs combine kinds of parallelism (data parallel across one set of
 # ranks, model parallel across another) and how two replicas can train side by side.
 #
-# Three rules, seen on 4 real rank processes with groups [0, 1] and [2, 3]:
+# Four rules, seen on 4 real rank processes with groups [0, 1] and [2, 3]:
 # * **every rank calls `new_group` for every group, in the same order** — even for groups
-#   it is not in. Creating a group is itself a collective over the world (the ranks agree
-#   on a name in the store); a rank that skips one leaves the others waiting;
+#   it is not in. Each process names its groups from a counter ("1", "2", ...; the
+#   members meet in the store under that name), so a rank that skips a call names every
+#   *later* group one off: those groups pair up the wrong ranks or wait for partners that
+#   never come. (In torch 2.13 `new_group` runs no barrier over the world unless
+#   `TORCH_DIST_INIT_BARRIER=1`, so the skipped call itself does not block.)
+#   `new_group(ranks, use_local_synchronization=True)` names a group by its ranks
+#   instead, so only its members need to call it;
 # * inside a group, ranks are renumbered from 0: global rank 2 is rank 0 of [2, 3]
 #   (`dist.get_rank(g)`; `dist.get_process_group_ranks(g)` maps back);
 # * `src` (broadcast, reduce, scatter) is a **global** rank, even on a subgroup: on [2, 3]
-#   the second member is `src=3`, not 1;
+#   the second member is `src=3`, not 1 (torch >= 2.6 also takes `group_src=1` /
+#   `group_dst=`, a rank *within* the group);
 # * a non-member gets a placeholder (`GroupMember.NON_GROUP_MEMBER`); `get_rank` says -1
 #   and a collective on it warns and does nothing.
 #
@@ -66,6 +72,7 @@ def in_groups(rank: int, world: int) -> dict:
         theirs_outside = x.clone()
         dist.all_reduce(theirs_outside, group=other)
     report = {
+        "name": mine.group_name,  # from this process's counter: the i-th new_group call
         "group_rank": dist.get_rank(mine),
         "group_size": dist.get_world_size(mine),
         "members": dist.get_process_group_ranks(mine),
@@ -102,6 +109,7 @@ if __name__ == "__main__":
         first = rep["sum"][0][:3].tolist()
         print(f"rank {r}: all_reduce over {rep['members']} -> {[round(v, 4) for v in first]} ...")
     print(f"rank 0, outside [2, 3]: warnings {reports[0]['warnings']}")
+    print(f"group names, rank by rank: {[rep['name'] for rep in reports]} (the call's number)")
 
 # %% [markdown]
 # ## Checks
@@ -136,6 +144,11 @@ if __name__ == "__main__":
         kit.check(
             f"group {members}: the sum is x{a} + x{b} only", reports[a]["sum"][0], xs[a] + xs[b]
         )
+    kit.check_true(
+        "every rank named [0, 1] '1' and [2, 3] '2': non-members' calls count too",
+        [rep["name"] for rep in reports] == ["1", "1", "2", "2"],
+        str([rep["name"] for rep in reports]),
+    )
     kit.check_true(
         "group ranks renumber from 0 (global 2 -> 0, 3 -> 1)",
         [rep["group_rank"] for rep in reports] == [0, 1, 0, 1],

@@ -6,8 +6,11 @@
   sits within that slack of the paper's formula.
 * FSDP (``minidp.fully_shard``): each rank's bytes are the formula's (4+4+8)Ψ/N plus at
   most one padding row per parameter.
-* Communication per step (``count_traffic``): ZeRO-2 moves DDP's bytes, ZeRO-1 (torch's
-  all-reduce + broadcast layout) 1.5x, summed over ranks.
+* DDP's flat gradient buckets: a second gradient-sized copy on DDP and ZeRO-1 ranks (the
+  reducer's buffers), none with ``gradient_as_bucket_view=True`` or under ZeRO-2.
+* Communication per step (``step_traffic``): ZeRO-2 moves DDP's bytes, ZeRO-1 (torch's
+  all-reduce + broadcast layout) 1.5x, FSDP (two all-gathers + a reduce-scatter) 1.5x,
+  summed over ranks — FSDP's collectives run on its comm thread, and still count.
 * The planner reproduces the ZeRO paper's own example (7.5 B parameters, 64 GPUs: 120,
   31.4, 16.6 and 1.9 GB) and the 235 GB of the 14.7 B-parameter Qwen2.5 case; bad
   arguments are clear errors.
@@ -17,6 +20,7 @@ Run: ``pytest tests/test_memory.py``
 
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 import sys
@@ -27,8 +31,9 @@ from test_zero_support import TinyLM, Wide, memory_by_stage
 
 from minidp.launch import run_threads
 from minidp.zero import plan
-from minidp.zero.memory import expected
+from minidp.zero.memory import expected, measure
 from minidp.zero.partition import partition_parameters, row_range, rows_per_rank
+from minidp.zero.stages import step_and_measure, step_traffic, train_step
 
 STAGES = ["ddp", "zero1", "zero2"]
 
@@ -111,6 +116,55 @@ def test_traffic_per_step_against_theory():
         assert sent["zero1"] == pytest.approx(ring + (world - 1) * 4 * numel, rel=0.02)
 
 
+def _buckets_on_rank(rank: int, world: int, base) -> dict:
+    from test_zero_support import batch, lm_loss
+
+    import minidp
+
+    x, y = batch(rank, 0)
+    out = {s: step_and_measure(s, base, x, y, lm_loss, torch.optim.AdamW) for s in STAGES}
+    ddp = minidp.DistributedDataParallel(copy.deepcopy(base), gradient_as_bucket_view=True)
+    opt = torch.optim.AdamW(ddp.parameters())
+    train_step(ddp, opt, x, y, lm_loss)
+    out["view"] = measure(ddp, opt)
+    return out
+
+
+def test_ddp_buckets_are_a_second_gradient_copy():
+    """The reducer's flat buckets: 4 bytes per trainable parameter on DDP and ZeRO-1 ranks
+    (they run on DDP), counted once with gradient_as_bucket_view=True, none under ZeRO-2."""
+    torch.manual_seed(0)
+    base = TinyLM()
+    trainable = sum(p.numel() for p in base.parameters() if p.requires_grad)
+    for usage in run_threads(_buckets_on_rank, 2, base):
+        assert usage["ddp"].buckets == usage["zero1"].buckets == 4 * trainable
+        assert usage["zero2"].buckets == 0
+        assert usage["view"].buckets == 0 and usage["view"].grads == 4 * trainable
+        assert usage["ddp"].total == usage["view"].total + 4 * trainable
+        assert expected("ddp", trainable, 2, 4, 4, 8, buckets=True).buckets == 4 * trainable
+
+
+def _fsdp_and_ddp_traffic(rank: int, world: int, base) -> dict:
+    from test_zero_support import batch, lm_loss
+
+    x, y = batch(rank, 0)
+    return {s: step_traffic(s, base, x, y, lm_loss, torch.optim.AdamW) for s in ("ddp", "fsdp")}
+
+
+def test_fsdp_step_traffic_is_counted():
+    """FSDP's all-gathers and reduce-scatters run on its comm thread, which a per-thread
+    counter does not see: step_traffic reads FSDP's own total. Two all-gathers and one
+    reduce-scatter of the (padded) parameters: 1.5x DDP's all-reduce; 6%: the padded rows
+    and every collective's header on this small model."""
+    torch.manual_seed(0)
+    base = Wide()
+    for world in (2, 4):
+        sent = run_threads(_fsdp_and_ddp_traffic, world, base)
+        for rank, s in enumerate(sent):
+            assert s["fsdp"] > 0, f"rank {rank}: FSDP's traffic not counted"
+            assert s["fsdp"] == pytest.approx(1.5 * s["ddp"], rel=0.06), (world, rank, s)
+
+
 # ---- the planner -----------------------------------------------------------------------------
 
 
@@ -130,6 +184,27 @@ def test_planner_the_qwen_case():
     frozen = plan.plan(14.7e9, 2, 80, precision="fp32", trainable=0)
     assert frozen[0].total == pytest.approx(4 * 14.7e9) and frozen[0].fits  # weights only
     assert [plan.optimizer_k(o, "fp32") for o in ("adamw", "sgd-momentum", "sgd")] == [8, 4, 0]
+
+
+def test_planner_says_its_layout_and_counts_ddp_buckets(capsys):
+    """Two mixed-precision layouts with the same 16 bytes, split differently: the paper's
+    2+2+12 and FSDP2's policy 4+4+8 (fp32 shards and grads); DDP's buckets on request."""
+    psi = 14.7e9
+    paper = {r.stage: r for r in plan.plan(psi, 2, 80, precision="bf16-mixed")}
+    fsdp2 = {r.stage: r for r in plan.plan(psi, 2, 80, precision="fsdp2-bf16")}
+    f = fsdp2["fsdp"]
+    assert (f.weights, f.grads, f.optimizer) == pytest.approx((2 * psi, 2 * psi, 4 * psi))
+    assert fsdp2["fsdp"].total == pytest.approx(paper["fsdp"].total)  # same total, other split
+    with_buckets = {r.stage: r for r in plan.plan(psi, 2, 80, buckets=True)}
+    assert with_buckets["ddp"].buckets == pytest.approx(2 * psi)  # bf16 gradients: 2 bytes
+    assert with_buckets["zero1"].buckets == pytest.approx(2 * psi)
+    assert with_buckets["zero2"].buckets == with_buckets["fsdp"].buckets == 0
+    assert plan.main(["--params", "1e9", "--precision", "fsdp2-bf16", "--ddp-buckets"]) == 0
+    out = capsys.readouterr().out
+    assert "buckets" in out and "Layout: FSDP2's MixedPrecisionPolicy" in out
+    plan.main(["--params", "1e9"])
+    out = capsys.readouterr().out
+    assert "Layout: the ZeRO paper's" in out and "buckets are not counted" in out
 
 
 def test_planner_cli(capsys):

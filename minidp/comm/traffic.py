@@ -10,6 +10,10 @@ lesson or a benchmark measure that instead of asserting it::
     print(t.sent_bytes, t.recv_bytes, t.sent_msgs, t.recv_msgs)
 
 Counters are per thread, so in a thread world each rank-thread counts its own traffic.
+The other side of that: what a rank's *communication thread* sends (DDP's bucket
+all-reduces, FSDP's gathers and reduce-scatters) is not seen by a counter opened on the
+rank's own thread. FSDP keeps its own running total (``minidp.fsdp.traffic``), and
+``minidp.zero.stages.step_traffic`` uses it.
 Counting is a few integer additions per message; nothing is recorded when no counter is
 open.
 

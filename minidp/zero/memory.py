@@ -15,6 +15,12 @@ ZeRO-2     ``p Ψ + (g + K) Ψ / N``     ``.grad`` shards in the buckets, ``opt.
 FSDP       ``(p + g + K) Ψ / N``       the local shards, their ``.grad``, ``opt.state``
 =========  ==========================  ============================================
 
+DDP's flat gradient buckets (``buckets``): the reducer all-reduces the gradients in flat
+buffers of its own; with torch's default ``gradient_as_bucket_view=False`` they are a
+second full copy of the gradients on every DDP (and ZeRO-1) rank, which the paper's
+table leaves out. With ``gradient_as_bucket_view=True`` ``.grad`` is a view into them and
+they count once (under ``grads``).
+
 The paper's mixed-precision numbers are ``p = g = 2`` and ``K = 12`` for Adam (fp32
 master weights and two moments); training in fp32 here, ``p = g = 4`` and ``K = 8``: the
 same 16 bytes per parameter replicated.
@@ -29,7 +35,7 @@ from collections.abc import Iterable
 
 import torch
 
-from minidp.zero.plan import STAGES, stage_bytes
+from minidp.zero.plan import STAGES, bucket_bytes, stage_bytes
 
 
 @dataclasses.dataclass
@@ -39,10 +45,11 @@ class Usage:
     params: int
     grads: int
     optimizer: int
+    buckets: int = 0  # DDP's flat gradient buckets not already counted under grads
 
     @property
     def total(self) -> int:
-        return self.params + self.grads + self.optimizer
+        return self.params + self.grads + self.optimizer + self.buckets
 
 
 def storage_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
@@ -60,12 +67,23 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
 
 
+def bucket_buffers(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The flat gradient buckets of a ``minidp.DistributedDataParallel`` (else ``[]``).
+
+    torch's DDP keeps its buckets in C++, out of Python's reach: a comm hook sees each one
+    as ``bucket.buffer()`` (lesson 18 measures them that way).
+    """
+    reducer = getattr(model, "reducer", None)
+    return [b.buffer for b in getattr(reducer, "buckets", [])]
+
+
 def measure(model: torch.nn.Module, optimizer) -> Usage:
     """What this rank holds for ``model`` trained with ``optimizer`` (any stage above).
 
     ``optimizer`` is a torch optimizer (DDP, FSDP), minidp's ``ZeroRedundancyOptimizer``
     or ``Zero2Optimizer`` (their local share is ``optimizer.optim``). Call it after a
-    step, before ``zero_grad``, when the gradients are still there.
+    step, before ``zero_grad``, when the gradients are still there. ``buckets``: the
+    storages of minidp DDP's buckets that no ``.grad`` is a view of.
     """
     params = list(model.parameters())
     local = getattr(optimizer, "optim", optimizer)
@@ -73,16 +91,31 @@ def measure(model: torch.nn.Module, optimizer) -> Usage:
         grads = optimizer.gradient_shards()
     else:
         grads = [p.grad for p in params]
+    grad_storages = {g.untyped_storage().data_ptr() for g in grads if g is not None}
+    buckets = [
+        b for b in bucket_buffers(model) if b.untyped_storage().data_ptr() not in grad_storages
+    ]
     return Usage(
-        storage_bytes(params), storage_bytes(grads), storage_bytes(optimizer_tensors(local))
+        storage_bytes(params),
+        storage_bytes(grads),
+        storage_bytes(optimizer_tensors(local)),
+        storage_bytes(buckets),
     )
 
 
 def expected(
-    stage: str, numel: int, world: int, param_bytes: int, grad_bytes: int, k: float
+    stage: str,
+    numel: int,
+    world: int,
+    param_bytes: int,
+    grad_bytes: int,
+    k: float,
+    buckets: bool = False,
 ) -> Usage:
-    """The paper's formula for ``stage`` (one of :data:`plan.STAGES`), as a :class:`Usage`."""
+    """The paper's formula for ``stage`` (one of :data:`plan.STAGES`), as a :class:`Usage`,
+    plus DDP's buckets if ``buckets`` (DDP and ZeRO-1 with ``gradient_as_bucket_view=False``)."""
     if stage not in STAGES:
         raise ValueError(f"expected a stage in {list(STAGES)}, got {stage!r}")
     p, g, o = stage_bytes(stage, numel, world, param_bytes, grad_bytes, k)
-    return Usage(round(p), round(g), round(o))
+    b = bucket_bytes(stage, numel, grad_bytes) if buckets else 0
+    return Usage(round(p), round(g), round(o), round(b))

@@ -9,7 +9,16 @@ optimizer state per parameter,
 
     DDP (2+2+K)Ψ,  ZeRO-1 2Ψ + 2Ψ + KΨ/N,  ZeRO-2 2Ψ + (2+K)Ψ/N,  ZeRO-3 (2+2+K)Ψ/N
 
-(written with ``p = g = 2`` there). Frozen parameters (``--trainable`` < 1) keep their
+(written with ``p = g = 2`` there). The paper leaves out DDP's flat gradient buckets: torch's
+DDP (and so ZeRO-1, which runs on it) keeps one more gradient-sized copy there unless
+``gradient_as_bucket_view=True``; ``buckets=True`` (``--ddp-buckets``) adds it.
+
+Which bytes sit in which dtype is the *layout* (``--precision``); the table says which it
+used. Two mixed-precision layouts hold the same 16 bytes per AdamW parameter, split
+differently: the paper's ``bf16-mixed`` (bf16 weights and gradients, fp32 master copy and
+moments: 2+2+12) and FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16)`` (``fsdp2-bf16``:
+fp32 sharded weights and gradients, fp32 moments: 4+4+8, plus bf16 copies of the units
+gathered at the moment). Frozen parameters (``--trainable`` < 1) keep their
 weights but need no gradient and no optimizer state. Activations, temporary buffers,
 the CUDA context and fragmentation are *extra*: give ``--activations-gib`` to include a
 measured or estimated figure, otherwise "fits" means "the model states fit".
@@ -44,6 +53,18 @@ PRECISIONS = {
     "fp32": (4, 4, 0, 4),
     "bf16-mixed": (2, 2, 4, 4),  # the ZeRO paper's mixed precision: fp32 master + moments
     "bf16": (2, 2, 0, 2),  # pure bf16: no master copy, bf16 moments
+    # FSDP2's MixedPrecisionPolicy: the shards and their .grad stay fp32 (they are the master
+    # weights); only the gathered copies are bf16, and those are temporary (not counted)
+    "fsdp2-bf16": (4, 4, 0, 4),
+}
+# What each layout means, printed under the table: the same name means different bytes in
+# different papers and libraries.
+LAYOUTS = {
+    "fp32": "fp32 weights, gradients and moments",
+    "bf16-mixed": "the ZeRO paper's: bf16 weights and gradients, fp32 master copy and moments",
+    "bf16": "pure bf16: weights, gradients and moments in bf16, no master copy",
+    "fsdp2-bf16": "FSDP2's MixedPrecisionPolicy(param_dtype=bf16): fp32 shards, gradients and "
+    "moments; + 2 bytes x the parameters of each unit gathered at the moment (not counted)",
 }
 # Published total parameter counts (model cards), embeddings included.
 MODELS = {
@@ -90,6 +111,19 @@ def stage_bytes(
     raise ValueError(f"expected a stage in {list(STAGES)}, got {stage!r}")
 
 
+def bucket_bytes(
+    stage: str, params: float, grad_bytes: float, trainable: float = 1.0, as_view: bool = False
+) -> float:
+    """DDP's flat gradient buckets on one GPU: DDP and ZeRO-1 (which runs on DDP) keep a
+    second copy of every gradient there, unless ``.grad`` is a view into them
+    (``gradient_as_bucket_view=True``). ZeRO-2 and FSDP keep no full-size buckets."""
+    if stage not in STAGES:
+        raise ValueError(f"expected a stage in {list(STAGES)}, got {stage!r}")
+    if stage in ("ddp", "zero1") and not as_view:
+        return grad_bytes * params * trainable
+    return 0.0
+
+
 @dataclasses.dataclass
 class Row:
     stage: str
@@ -98,10 +132,11 @@ class Row:
     optimizer: float
     activations: float
     gpu_bytes: float
+    buckets: float = 0.0  # DDP's flat gradient buckets (plan(buckets=True)), else 0
 
     @property
     def total(self) -> float:
-        return self.weights + self.grads + self.optimizer + self.activations
+        return self.weights + self.grads + self.buckets + self.optimizer + self.activations
 
     @property
     def fits(self) -> bool:
@@ -116,8 +151,13 @@ def plan(
     precision: str = "bf16-mixed",
     trainable: float = 1.0,
     activations_gib: float = 0.0,
+    buckets: bool = False,
 ) -> list[Row]:
-    """One :class:`Row` per stage: bytes per GPU and whether it fits in ``gpu_gib``."""
+    """One :class:`Row` per stage: bytes per GPU and whether it fits in ``gpu_gib``.
+
+    ``buckets``: also count DDP's flat gradient buckets (torch's default,
+    ``gradient_as_bucket_view=False``); the paper's formulas leave them out.
+    """
     _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_gib)
     p, g, _, _ = PRECISIONS[precision]
     k = optimizer_k(optimizer, precision)
@@ -127,6 +167,7 @@ def plan(
             *stage_bytes(s, params, gpus, p, g, k, trainable),
             activations_gib * GIB,
             gpu_gib * GIB,
+            bucket_bytes(s, params, g, trainable) if buckets else 0.0,
         )
         for s in STAGES
     ]
@@ -163,18 +204,32 @@ def _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_g
         raise ValueError(f"plan: expected trainable to be a fraction in [0, 1], got {trainable!r}")
 
 
-def format_plan(rows: list[Row], params: float, gpus: int, label: str, extra: str) -> str:
-    """The planner's table as text (GiB per GPU)."""
+def format_plan(
+    rows: list[Row], params: float, gpus: int, label: str, extra: str, precision: str = ""
+) -> str:
+    """The planner's table as text (GiB per GPU); ``precision`` names the layout it used."""
+    with_buckets = any(r.buckets for r in rows)
     out = [
         f"{label}: {params / 1e9:.3g} B parameters on {gpus} GPU(s) of "
         f"{rows[0].gpu_bytes / GIB:g} GiB — model states per GPU, GiB ({extra})",
-        f"{'stage':<18}{'weights':>9}{'grads':>9}{'optimizer':>11}{'activ.':>8}{'total':>9}  fits?",
+        f"{'stage':<18}{'weights':>9}{'grads':>9}"
+        + (f"{'buckets':>9}" if with_buckets else "")
+        + f"{'optimizer':>11}{'activ.':>8}{'total':>9}  fits?",
     ]
     for r in rows:
         out.append(
             f"{STAGE_NAMES[r.stage]:<18}{r.weights / GIB:>9.1f}{r.grads / GIB:>9.1f}"
-            f"{r.optimizer / GIB:>11.1f}{r.activations / GIB:>8.1f}{r.total / GIB:>9.1f}  "
+            + (f"{r.buckets / GIB:>9.1f}" if with_buckets else "")
+            + f"{r.optimizer / GIB:>11.1f}{r.activations / GIB:>8.1f}{r.total / GIB:>9.1f}  "
             + ("yes" if r.fits else "NO")
+        )
+    if precision:
+        out.append(f"Layout: {LAYOUTS[precision]}.")
+    if not with_buckets:
+        out.append(
+            "DDP's gradient buckets are not counted (the paper's formulas): with torch's default "
+            "gradient_as_bucket_view=False, DDP and ZeRO-1 hold one more gradient copy "
+            "(--ddp-buckets)."
         )
     if rows[0].activations == 0:
         out.append("Activations are extra (not included): pass --activations-gib to add them.")
@@ -258,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="per GPU, if known",
     )
+    parser.add_argument(
+        "--ddp-buckets",
+        action="store_true",
+        help="count DDP's flat gradient buckets (torch's default gradient_as_bucket_view=False)",
+    )
     args = parser.parse_args(argv)
     params = MODELS[args.model] if args.model else args.params
     try:
@@ -269,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             args.precision,
             args.trainable,
             args.activations_gib,
+            args.ddp_buckets,
         )
     except ValueError as e:
         parser.error(str(e))
@@ -277,5 +338,5 @@ def main(argv: list[str] | None = None) -> int:
     extra = f"{args.precision}, {args.optimizer}: {p}+{g}+{k} bytes/param"
     if args.trainable < 1:
         extra += f", {args.trainable:g} trainable"
-    print(format_plan(rows, params, args.gpus, args.model or "model", extra))
+    print(format_plan(rows, params, args.gpus, args.model or "model", extra, args.precision))
     return 0
