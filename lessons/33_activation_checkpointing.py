@@ -1,0 +1,298 @@
+# %% [markdown]
+# # Lesson 33 — activation checkpointing, and what it does under FSDP
+#
+# Run: `python lessons/33_activation_checkpointing.py`
+#
+# Lesson 23 planned the *model states* and left activations out. Activations are what
+# backward needs from the forward: a Linear keeps its input, a softmax its output, GELU
+# its input... They grow with micro-batch × sequence, and data parallelism does not shard
+# them — every rank keeps its own micro-batch's.
+#
+# **Activation checkpointing** (`torch.utils.checkpoint.checkpoint(block, x)`) keeps only
+# the block's *input*; backward runs the block's forward again (the *recompute*) to get the
+# rest, one block at a time. Memory: L·(one input) + one block, instead of L·(one block).
+# Price: one more forward per step (~1/3 more compute).
+#
+# Under FSDP the recompute needs the block's full weights. FSDP2 gathers a unit when
+# backward reaches it anyway, so a checkpointed *unit* recomputes while gathered: no extra
+# all-gather. Here: the bytes kept, measured with `saved_tensors_hooks` against the
+# estimate in `minidp/zero/activations.py` (Korthikanti et al., 2022); the same bits with
+# and without checkpointing; minidp and FSDP2 with checkpointing on 2 ranks, all-gathers
+# counted; and the planner's numbers for a real model.
+
+# %%
+import math
+import warnings
+
+import kit
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import minidp
+from minidp import trace
+from minidp.zero import plan
+from minidp.zero.activations import stack_bytes
+
+WORLD, STEPS = 2, 2
+VOCAB, DIM, HEADS, BLOCKS = kit.pick((64, 64, 4, 4), (32, 32, 4, 3))
+BATCH, SEQ = kit.pick((4, 32), (2, 16))
+CKPT = {"mode": "none"}  # how TinyLM.forward checkpoints: "none", "block" or "pair"
+warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
+
+
+class Block(nn.Module):
+    """A GPT-style layer written as the estimate counts it: LayerNorm, separate q/k/v,
+    explicit softmax (no dropout), GELU MLP."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(DIM), nn.LayerNorm(DIM)
+        self.q, self.k, self.v, self.o = (nn.Linear(DIM, DIM) for _ in range(4))
+        self.fc1, self.fc2 = nn.Linear(DIM, 4 * DIM), nn.Linear(4 * DIM, DIM)
+
+    def forward(self, x):  # (b, s, h)
+        b, s, h = x.shape
+        y = self.norm1(x)
+        q, k, v = (m(y).view(b, s, HEADS, -1).transpose(1, 2) for m in (self.q, self.k, self.v))
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(h // HEADS)  # (b, heads, s, s)
+        att = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, h)
+        x = x + self.o(att)
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+class TinyLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.blocks = nn.ModuleList(Block() for _ in range(BLOCKS))
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def run_blocks(self, x):
+        blocks = list(self.blocks)
+        if CKPT["mode"] == "pair":  # one checkpointed region spanning blocks 0 and 1
+            first, second = blocks[0], blocks[1]
+            x = checkpoint(lambda y: second(first(y)), x, use_reentrant=False)
+            blocks = blocks[2:]
+        for block in blocks:
+            x = checkpoint(block, x, use_reentrant=False) if CKPT["mode"] == "block" else block(x)
+        return x
+
+    def forward(self, tokens):
+        return self.head(self.run_blocks(self.emb(tokens)))
+
+
+def make_model() -> TinyLM:
+    torch.manual_seed(0)
+    return TinyLM()
+
+
+def loss_of(model, tokens):
+    return F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def kept_bytes(model: TinyLM, x: torch.Tensor) -> int:
+    """Bytes of the distinct storages the blocks save for backward (parameters excluded:
+    a Linear saves its weight too, which is a model state, not an activation)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in params:
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.run_blocks(x)
+    return sum(kept.values())
+
+
+# %% [markdown]
+# ## 1. What backward keeps, measured and estimated
+# `saved_tensors_hooks(pack, unpack)` sees every tensor an op saves for backward. Summed
+# over distinct storages for the block stack (input `(b, s-1, h)` from the embedding),
+# beside `stack_bytes(...)`: the paper's `s·b·h·(16d) + d·a·s²·b` per layer here (fp32:
+# d = 4; no dropout). It leaves out LayerNorm's mean and 1/std (b·s values each): the
+# measurement is that much larger.
+
+# %%
+if __name__ == "__main__":
+    kit.title("Lesson 33: activation checkpointing, and FSDP")
+    model = make_model()
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    x = model.emb(tokens[:, :-1])  # (b, s, h): the blocks' input, an activation itself
+    s = SEQ - 1
+    est = {m: stack_bytes(BLOCKS, s, BATCH, DIM, HEADS, bytes_per_value=4, checkpointing=m)
+           for m in ("none", "full")}  # fmt: skip
+    measured = {}
+    for mode, key in (("none", "none"), ("block", "full")):
+        CKPT["mode"] = mode
+        measured[key] = kept_bytes(model, x)
+        print(f"  checkpointing {key:<4}: kept {measured[key]:>9,} B, estimate "
+              f"{est[key].kept:>9,} B; backward peak (estimate) {est[key].peak:,} B")  # fmt: skip
+    stats = BLOCKS * 2 * 2 * s * BATCH * 4  # LayerNorm mean and 1/std, fp32, two per block
+    kit.check_true(
+        "no checkpointing: measured = estimate + LayerNorm statistics (within 1%)",
+        abs(measured["none"] - est["none"].kept) <= 0.01 * measured["none"],
+        f"{measured['none']:,} vs {est['none'].kept:,} (+{stats:,} statistics)",
+    )
+    kit.check_true(
+        "checkpointing every block keeps only each block's input (L·s·b·h·4 bytes)",
+        measured["full"] == est["full"].kept,
+        f"{measured['full']:,} B, {measured['none'] / measured['full']:.1f}x less",
+    )
+
+# %% [markdown]
+# ## 2. Same bits, one more forward
+# The recompute runs the same ops on the same inputs, so loss and gradients are identical
+# to not checkpointing (deterministic CPU kernels). A forward pre-hook counts the blocks'
+# forwards.
+
+# %%
+if __name__ == "__main__":
+    results, calls = {}, {}
+    for mode in ("none", "block"):
+        CKPT["mode"] = mode
+        model, n = make_model(), [0]
+        for block in model.blocks:
+            # a pre-hook: the recompute stops early, once it has what backward needs
+            block.register_forward_pre_hook(lambda *_, n=n: n.__setitem__(0, n[0] + 1))
+        loss = loss_of(model, tokens)
+        loss.backward()
+        results[mode] = [loss.detach()] + [p.grad for p in model.parameters()]
+        calls[mode] = n[0]
+    print(
+        f"  block forwards per step: {calls['none']} without, {calls['block']} with checkpointing"
+    )
+    kit.check("checkpointed loss and gradients = plain ones", results["block"], results["none"])
+    kit.check_true("checkpointing runs every block's forward twice",
+                   calls["block"] == 2 * calls["none"] == 2 * BLOCKS)  # fmt: skip
+
+# %% [markdown]
+# ## 3. Checkpointing under FSDP, 2 ranks: minidp and FSDP2
+# Each block is an FSDP unit. Three ways, each trained `STEPS` AdamW steps by
+# `minidp.fully_shard` and by FSDP2's `fully_shard`: no checkpointing; checkpoint around
+# each unit; one checkpoint around units 1 and 2 together (a region spanning two units).
+# All-gathers are counted: minidp's from its trace (`all-gather unit k` spans), FSDP2's by
+# counting calls of `dist.all_gather_single`, which its `DefaultAllGather` calls.
+
+
+# %%
+def shard_all(model, fully_shard, **kw):
+    for block in model.blocks:
+        fully_shard(block, **kw)
+    return fully_shard(model, **kw)
+
+
+def fsdp_lesson(rank: int, world: int) -> dict:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(10 + rank)
+    data = [torch.randint(0, VOCAB, (BATCH, SEQ), generator=g) for _ in range(STEPS)]
+    out: dict = {}
+    libs = ("minidp",) if kit.why_no_fsdp2() else ("minidp", "fsdp2")
+    for mode in ("none", "block", "pair"):
+        CKPT["mode"] = mode
+        for lib in libs:
+            if lib == "minidp":
+                model = shard_all(make_model(), minidp.fully_shard)
+            else:
+                model = shard_all(make_model(), fully_shard, mesh=init_device_mesh("cpu", (world,)))
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+            n, original = [0], dist.all_gather_single
+
+            def counted(*args, n=n, original=original, **kwargs):  # FSDP2's all-gather call
+                n[0] += 1
+                return original(*args, **kwargs)
+
+            dist.all_gather_single = counted
+            try:
+                with trace.recording() as rec:
+                    for tokens in data:
+                        loss_of(model, tokens).backward()
+                        opt.step()
+                        opt.zero_grad()
+            finally:
+                dist.all_gather_single = original
+            ours = sum(e["name"].startswith("all-gather") for e in rec.events)
+            if lib == "minidp":
+                weights = minidp.fsdp.full_state_dict(model)
+            else:
+                weights = {k: p.full_tensor().detach() for k, p in model.named_parameters()}
+            out[mode, lib] = {"gathers": ours if lib == "minidp" else n[0], "weights": weights}
+    return out
+
+
+if __name__ == "__main__":
+    res = kit.spawn(fsdp_lesson, WORLD)
+    r0 = res[0]
+    for (mode, lib), r in r0.items():
+        print(f"  {mode:<5} {lib:<6}: {r['gathers']} all-gathers in {STEPS} steps")
+    for rank, r in enumerate(res):
+        kit.check(f"rank {rank}: minidp with checkpointed units = without",
+                  r["block", "minidp"]["weights"], r["none", "minidp"]["weights"])  # fmt: skip
+    per_step = 1 + 2 * BLOCKS  # the root once (it stays gathered), each unit fwd + bwd
+    kit.check_true(
+        "checkpointing each unit adds no all-gather (recompute while gathered for backward)",
+        r0["block", "minidp"]["gathers"] == r0["none", "minidp"]["gathers"] == STEPS * per_step,
+        f"{r0['block', 'minidp']['gathers']} = {STEPS} x (1 + 2 x {BLOCKS})",
+    )
+    if "fsdp2" in [lib for _, lib in r0]:
+        for mode in ("block", "pair"):
+            for rank, r in enumerate(res):
+                kit.check(f"rank {rank}, checkpoint per {mode}: minidp = FSDP2",
+                          r[mode, "minidp"]["weights"], r[mode, "fsdp2"]["weights"])  # fmt: skip
+        kit.check_true(
+            "checkpointing each unit: minidp's all-gathers = FSDP2's",
+            r0["block", "minidp"]["gathers"] == r0["block", "fsdp2"]["gathers"],
+        )
+        kit.check_true(
+            "FSDP2: a region over two units adds no all-gather either",
+            r0["pair", "fsdp2"]["gathers"] == r0["none", "fsdp2"]["gathers"],
+        )
+        extra = r0["pair", "minidp"]["gathers"] - r0["pair", "fsdp2"]["gathers"]
+        kit.check_true(
+            "minidp: a region over two units re-gathers its first unit once per step",
+            extra == STEPS,
+            f"{extra} extra all-gathers in {STEPS} steps",
+        )
+    else:
+        print(f"  (FSDP2 skipped: {kit.why_no_fsdp2()})")
+
+# %% [markdown]
+# Why the region over two units costs minidp one all-gather per step: backward reaches the
+# region's output, gathers unit 2, and the recompute runs unit 1's forward, which gathers
+# unit 1. FSDP2 sees that this forward runs *inside* a backward
+# (`torch._C._current_graph_task_id() != -1`, its `is_bw()`) and keeps unit 1 gathered
+# for its own backward; minidp treats it as an ordinary forward, frees unit 1 after it
+# (`reshard_after_forward`) and gathers it again when its backward starts. Same numbers,
+# more traffic. The rule that avoids the question: **checkpoint at unit boundaries**
+# (the same module you `fully_shard`), which is what FSDP2 users do.
+
+# %% [markdown]
+# ## 4. The planner's numbers: Qwen2.5-14B
+# Lesson 23's model, bf16 activations, a fused attention kernel (no s² scores), SwiGLU,
+# one sequence of 4096 tokens per GPU, 48 layers; model states under FSDP on 8 × 80 GiB.
+# Activations are per GPU whatever the number of GPUs.
+
+# %%
+if __name__ == "__main__":
+    qwen = dict(seq=4096, batch=1, hidden=5120, heads=40)
+    for mode in ("none", "full"):
+        a = stack_bytes(48, **qwen, ffn=13824, mlp="swiglu", flash=True, checkpointing=mode)
+        rows = plan.plan(14.7e9, 8, 80, activations_gib=a.peak / plan.GIB)
+        print(f"\ncheckpointing {mode}: kept {a.kept / plan.GIB:.1f} GiB, backward peak "
+              f"{a.peak / plan.GIB:.1f} GiB (one layer {a.per_layer / plan.GIB:.2f} GiB)")  # fmt: skip
+        print(plan.format_plan(rows, 14.7e9, 8, "Qwen2.5-14B", f"activations: {mode}"))
+    kit.done()
+
+# %% [markdown]
+# Without checkpointing the activations (~35 GiB) outweigh FSDP's 8-GPU share of the model
+# states (~27 GiB); checkpointing every layer brings their peak to ~2.6 GiB for one more
+# forward per step — and then even ZeRO-1 fits.
+# Selective checkpointing (recompute only the attention scores, the paper's other option)
+# sits between; with a fused attention kernel there are no scores to drop.

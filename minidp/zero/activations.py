@@ -1,0 +1,131 @@
+"""Activation memory: the bytes backward keeps from the forward, per transformer layer.
+
+The model states (``plan.py``) are only part of a GPU's memory: every op whose backward needs
+its input (or output) keeps it until backward has used it. For a stack of transformer layers
+this grows with the micro-batch and the sequence, not with the number of GPUs — data
+parallelism (DDP, ZeRO, FSDP) shards the model states, never the activations.
+
+The formula is Korthikanti et al., 2022, "Reducing Activation Recomputation in Large
+Transformer Models" (section 4.1): per layer, with ``s`` tokens per sequence, ``b``
+sequences, hidden size ``h``, ``a`` heads and 2-byte values, ``s·b·h·(34 + 5·a·s/h)`` bytes.
+Term by term (``d`` bytes per value, ``f`` the MLP's hidden size, 4h there), as written
+below: the two norms' inputs (2d·sbh), the q/k/v projections' shared input (d·sbh), q and k
+for ``q @ kᵀ`` (2d·sbh), v (d·sbh), the output projection's input (d·sbh), the MLP's input
+(d·sbh), the activation function's input and output (2d·sbf); the attention scores'
+softmax output (d·a·s²·b); with dropout, each dropout's mask (``mask_bytes`` per value) and
+the dropped-out scores (d·a·s²·b). Generalised here from the paper's d = 2, f = 4h:
+
+* ``mlp="swiglu"`` (Llama, Qwen): ``down(silu(gate(x)) * up(x))`` keeps gate's output,
+  silu's output, up's output and the product: 4d·sbf instead of 2d·sbf;
+* ``flash=True``: a fused attention kernel keeps no ``a·s²·b`` scores — only its output (the
+  output projection's input, counted already) and one fp32 log-sum-exp per head and token
+  (4·a·s·b). No dropout inside attention then (the paper's case without the s² term);
+* ``mask_bytes``: CUDA's fused dropout keeps a 1-byte mask (the paper's number); torch on
+  CPU keeps the mask in the activation dtype (measured: ``tests/test_activations.py``).
+
+Not counted (the paper leaves them out too): the norms' per-token statistics (mean and
+1/std: 1/h of an activation each), the embedding, the final norm, the logits and the loss —
+add those per model. Full activation checkpointing (``torch.utils.checkpoint`` around each
+layer) keeps only each layer's input (d·sbh per layer) and recomputes one layer at a time in
+backward, so the peak adds one layer's activations to that.
+
+Test: ``pytest tests/test_activations.py``;
+see it: ``python lessons/33_activation_checkpointing.py``
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+CHECKPOINTING = ("none", "full")
+
+
+def layer_bytes(
+    seq: int,
+    batch: int,
+    hidden: int,
+    heads: int,
+    *,
+    ffn: int | None = None,
+    bytes_per_value: int = 2,
+    dropout: bool = False,
+    mask_bytes: int = 1,
+    flash: bool = False,
+    mlp: str = "gelu",
+) -> int:
+    """Bytes one transformer layer keeps for backward (no checkpointing); see the module doc."""
+    _check(seq, batch, hidden, heads, bytes_per_value, mask_bytes, ffn)
+    if mlp not in ("gelu", "swiglu"):
+        raise ValueError(f"layer_bytes: expected mlp 'gelu' or 'swiglu', got {mlp!r}")
+    if flash and dropout:
+        raise ValueError(
+            "layer_bytes: flash=True counts a fused attention kernel without dropout inside it; "
+            "got dropout=True too. Hint: count it with flash=False (the kernel falls back to "
+            "the unfused path, which keeps the scores)"
+        )
+    s, b, h, a, d = seq, batch, hidden, heads, bytes_per_value
+    f = 4 * h if ffn is None else ffn
+    sbh, sbf = s * b * h, s * b * f
+    norms = 2 * d * sbh  # each norm's input
+    attention = d * sbh + 2 * d * sbh + d * sbh + d * sbh  # q/k/v's input; q, k; v; o's input
+    if flash:
+        scores = 4 * a * s * b  # fp32 log-sum-exp per head and token
+    else:
+        scores = d * a * s * s * b  # softmax output
+        if dropout:
+            scores += mask_bytes * a * s * s * b + d * a * s * s * b  # its mask, dropped scores
+    act = (4 if mlp == "swiglu" else 2) * d * sbf  # gelu: in, out; swiglu: gate, silu, up, product
+    mlp_bytes = d * sbh + act  # the MLP's input (the 2nd norm's output), the activation
+    masks = 2 * mask_bytes * sbh if dropout else 0  # after attention, after the MLP
+    return norms + attention + scores + mlp_bytes + masks
+
+
+@dataclasses.dataclass
+class Activations:
+    """Activation bytes of a layer stack: ``kept`` between forward and backward, and the
+    ``peak`` during backward (checkpointing recomputes one layer's activations at a time)."""
+
+    per_layer: int  # one layer's activations, as kept without checkpointing
+    kept: int
+    peak: int
+
+
+def stack_bytes(
+    layers: int,
+    seq: int,
+    batch: int,
+    hidden: int,
+    heads: int,
+    *,
+    checkpointing: str = "none",
+    **layer_kwargs,
+) -> Activations:
+    """Activations of ``layers`` identical layers (``layer_kwargs``: as :func:`layer_bytes`).
+
+    ``checkpointing="full"``: each layer wrapped in ``torch.utils.checkpoint`` keeps only its
+    input (``bytes_per_value·s·b·h``); backward recomputes one layer at a time on top of that.
+    """
+    if checkpointing not in CHECKPOINTING:
+        raise ValueError(
+            f"stack_bytes: expected checkpointing in {CHECKPOINTING}, got {checkpointing!r}"
+        )
+    if not (isinstance(layers, int) and layers >= 1):
+        raise ValueError(f"stack_bytes: expected layers to be an integer >= 1, got {layers!r}")
+    one = layer_bytes(seq, batch, hidden, heads, **layer_kwargs)
+    if checkpointing == "none":
+        return Activations(one, layers * one, layers * one)
+    kept = layers * layer_kwargs.get("bytes_per_value", 2) * seq * batch * hidden
+    return Activations(one, kept, kept + one)
+
+
+def _check(seq, batch, hidden, heads, bytes_per_value, mask_bytes, ffn) -> None:
+    for name, value in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads),
+                        ("bytes_per_value", bytes_per_value)):  # fmt: skip
+        if not (isinstance(value, int) and value >= 1):
+            raise ValueError(f"layer_bytes: expected {name} to be an integer >= 1, got {value!r}")
+    if hidden % heads:
+        raise ValueError(f"layer_bytes: hidden ({hidden}) must be a multiple of heads ({heads})")
+    if not (isinstance(mask_bytes, int) and mask_bytes >= 0):
+        raise ValueError(f"layer_bytes: expected mask_bytes >= 0, got {mask_bytes!r}")
+    if ffn is not None and not (isinstance(ffn, int) and ffn >= 1):
+        raise ValueError(f"layer_bytes: expected ffn to be an integer >= 1, got {ffn!r}")
