@@ -110,11 +110,17 @@ class Root:
     # ---- forward -----------------------------------------------------------------------
 
     def recomputing(self, unit) -> bool:
-        """A forward of ``unit`` during its own backward: activation checkpointing recomputes
-        it. The unit is gathered already and must stay so until its gradients are in (FSDP2
-        skips its forward bookkeeping in that state too). The root's forward always starts a
-        new step (``_start_step`` forgets the last backward), so only inner units recompute."""
-        return unit is not self.unit and id(unit) in self.in_backward
+        """A forward of ``unit`` once backward has begun: activation checkpointing recomputes
+        it. Reached by backward already, it is gathered and must stay so until its gradients
+        are in; not reached yet (a checkpointed region over several units recomputes them
+        all when backward enters the region), it is gathered now and stays gathered for its
+        backward, which comes next — freeing it after this forward would gather it twice.
+        FSDP2 skips its forward bookkeeping inside a backward too. The root's forward always
+        starts a new step (``_start_step`` forgets the last backward), so only inner units
+        recompute."""
+        if unit is self.unit:
+            return False
+        return id(unit) in self.in_backward or self.backward_started
 
     def pre_forward(self, unit) -> None:
         if self.recomputing(unit):
