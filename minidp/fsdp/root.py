@@ -29,6 +29,28 @@ import torch
 from minidp import trace
 from minidp.comm import Traffic, count_traffic
 from minidp.ddp.comm_thread import CommThread
+from minidp.fsdp.unit import unit_of
+
+
+def ensure_root(module) -> Root:
+    """The root of ``module``'s units: made now (``module`` becomes it) if there is none.
+
+    Called at the outermost unit's first forward, or by ``module.unshard()`` before it."""
+    unit = unit_of(module)
+    if unit.root is None:
+        units = [u for m in module.modules() if (u := unit_of(m)) is not None]
+        inner = [u.label for u in units if u.root is not None]
+        if inner:
+            raise RuntimeError(
+                f"fully_shard: expected {type(module).__name__}'s units to have no root yet at "
+                f"its first forward, got {inner} already scheduled by an inner module: "
+                "unshard() was called on an inner unit before the model's first forward. "
+                "Hint: run one forward first, or call unshard() on the outermost module"
+            )
+        for i, u in enumerate(units):
+            u.label = "root" if i == 0 else f"unit {i}"
+        Root(unit, units)
+    return unit.root
 
 
 class Root:
@@ -130,7 +152,10 @@ class Root:
             self._start_step()
         self.order.append(unit)
         self.unshard(unit)
-        if torch.is_grad_enabled() and unit in self.last_order:
+        if unit.forward_prefetch is not None:  # set_modules_to_forward_prefetch: these
+            for target in unit.forward_prefetch:
+                self.prefetch(target)
+        elif torch.is_grad_enabled() and unit in self.last_order:
             i = self.last_order.index(unit)
             self.prefetch(self.last_order[i + 1] if i + 1 < len(self.last_order) else None)
         self._mark("forward", unit)
@@ -185,8 +210,10 @@ class Root:
             if u.follow_requires_grad() and u.is_unsharded:
                 self._count_grads(u)  # a gathered unit (the root) is not unsharded again
             u.pending = sum(u.requires_grad)
-            if u.is_unsharded and u is not self.unit:
+            # kept gathered by the last backward (whatever the flag says now): used as is
+            if u.is_unsharded and u is not self.unit and not u.kept_gathered:
                 u.free()
+            u.kept_gathered = False
         if self.order:
             self.last_order = self.order
         self.order, self.post_order = [], []
@@ -209,6 +236,10 @@ class Root:
             self.in_backward.add(id(unit))
             unit.prepare_grads()
         self._mark("backward", unit)
+        if unit.backward_prefetch is not None:  # set_modules_to_backward_prefetch: these
+            for target in unit.backward_prefetch:
+                self.prefetch(target)
+            return
         # backward runs the units in reverse post-forward order: the one before is next
         i = self.post_order.index(unit) if unit in self.post_order else 0
         if i > 0:
@@ -221,7 +252,7 @@ class Root:
         if unit.pending == 0 and not unit.reduce_grads:  # set_requires_gradient_sync(False)
             self._span("backward", unit)
             unit.keep_grads()
-            if unit is not self.unit and all(unit.requires_grad):
+            if unit is not self.unit and all(unit.requires_grad) and unit.reshard_after_backward:
                 unit.free()
         elif unit.pending == 0:
             self._span("backward", unit)
@@ -232,7 +263,7 @@ class Root:
             # (a frozen LayerNorm's weight, for the input's gradient) after the last trainable
             # one arrived: such a unit stays gathered until the whole backward is done.
             # (FSDP2 knows exactly when a unit's backward ends, from a hook on its inputs.)
-            if unit is not self.unit and all(unit.requires_grad):
+            if unit is not self.unit and all(unit.requires_grad) and unit.reshard_after_backward:
                 unit.free()
         if self.pending == 0:
             self._finish_backward()
@@ -246,8 +277,9 @@ class Root:
             for unit, future in self.reduces:
                 unit.accumulate(future.result())
         self.reduces = []
-        for u in self.units:
-            if u.is_unsharded:
+        for u in self.units:  # set_reshard_after_backward(False): kept for the next forward
+            u.kept_gathered = u.is_unsharded and not u.reshard_after_backward
+            if u.is_unsharded and u.reshard_after_backward:
                 u.free()
         self.backward_started = False
         self.in_backward.clear()

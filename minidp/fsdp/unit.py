@@ -39,6 +39,13 @@ from minidp.fsdp.policy import (
 )
 from minidp.fsdp.reduce import gloo_reduce_scatter
 
+UNIT_ATTR = "_minidp_fsdp_unit"  # where fully_shard keeps a module's unit
+
+
+def unit_of(module: nn.Module) -> FSDPUnit | None:
+    """The FSDP unit ``fully_shard`` made of ``module``, or None."""
+    return module.__dict__.get(UNIT_ATTR)
+
 
 class FSDPUnit:
     """The sharded parameters of one wrapped module, and how to gather and reduce them."""
@@ -66,6 +73,12 @@ class FSDPUnit:
         self.full: list[nn.Parameter] = []  # created at the first gather
         self.is_unsharded = False
         self.reduce_grads = True  # False: keep the gradients unsharded, no reduce-scatter
+        self.reshard_after_backward = True  # False: stay gathered for the next forward
+        self.kept_gathered = False  # gathered at the end of the last backward, on purpose
+        # explicit prefetch targets (set_modules_to_{forward,backward}_prefetch), else None:
+        # the root's implicit choice (the next unit in last step's order / the one before)
+        self.forward_prefetch: list[FSDPUnit] | None = None
+        self.backward_prefetch: list[FSDPUnit] | None = None
         # per parameter: unreduced gradients of earlier backwards in a wider dtype than the
         # parameter's (FSDP2 <= 2.14's "accumulated grad"), else None
         self.kept: list[torch.Tensor | None] = [None] * len(params)

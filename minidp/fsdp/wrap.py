@@ -25,7 +25,6 @@ Test: ``pytest tests/test_fsdp.py``
 from __future__ import annotations
 
 import dataclasses
-import types
 import zlib
 
 import torch
@@ -33,18 +32,13 @@ from torch import nn
 
 from minidp.comm import all_gather
 from minidp.comm import group as groups
+from minidp.fsdp import controls
 from minidp.fsdp.policy import MixedPrecisionPolicy, cast_floating
-from minidp.fsdp.root import Root
-from minidp.fsdp.unit import FSDPUnit
+from minidp.fsdp.root import ensure_root
+from minidp.fsdp.unit import UNIT_ATTR, FSDPUnit, unit_of
 
-_ATTR = "_minidp_fsdp_unit"
 _TAKEN = "_minidp_fsdp_taken_by"  # set on an original parameter once a unit owns it
 _SHARDED_BY = "_minidp_fsdp_sharded_by"  # set on the shards a unit installs on its modules
-
-
-def unit_of(module: nn.Module) -> FSDPUnit | None:
-    """The FSDP unit ``fully_shard`` made of ``module``, or None."""
-    return module.__dict__.get(_ATTR)
 
 
 def fully_shard(
@@ -84,32 +78,15 @@ def fully_shard(
     _check_same_structure(module, names, params, group)
     unit = FSDPUnit(module, names, params, locations, group, reshard_after_forward, mp_policy)
     unit.replicate_group = replicate
-    module.__dict__[_ATTR] = unit
+    module.__dict__[UNIT_ATTR] = unit
     for name, p in zip(names, params):  # originals a later unit may still reach: tied ones
         setattr(p, _TAKEN, f"{type(module).__name__}.{name}")
     for p in unit.sharded:  # a later fully_shard on a submodule would find these
         setattr(p, _SHARDED_BY, type(module).__name__)
     module.register_forward_pre_hook(_pre_forward, with_kwargs=True)
     module.register_forward_hook(_post_forward)
-    # FSDP2's method, on the wrapped module itself (FSDP2 swaps the module's class instead)
-    module.set_requires_gradient_sync = types.MethodType(set_requires_gradient_sync, module)
+    controls.attach(module)  # FSDP2's methods: set_requires_gradient_sync, unshard, ...
     return module
-
-
-def set_requires_gradient_sync(
-    module: nn.Module, requires_gradient_sync: bool, *, recurse: bool = True
-) -> None:
-    """``False``: backwards accumulate unsharded gradients and reduce-scatter nothing (the
-    micro-batches of gradient accumulation, like DDP's ``no_sync``); ``True`` again before
-    the last micro-batch's backward, which reduce-scatters the sum. ``recurse``: the units
-    under ``module`` too (FSDP2's default)."""
-    if not isinstance(requires_gradient_sync, bool):
-        raise TypeError(
-            f"set_requires_gradient_sync: expected True or False, got {requires_gradient_sync!r}"
-        )
-    for m in module.modules() if recurse else [module]:
-        if (unit := unit_of(m)) is not None:
-            unit.reduce_grads = requires_gradient_sync
 
 
 def _mesh_groups(mesh, process_group):
@@ -232,10 +209,7 @@ def _check_same_structure(module, names, params, group) -> None:
 def _pre_forward(module, args, kwargs):
     unit = unit_of(module)
     if unit.root is None:  # the first forward of the outermost unit: it becomes the root
-        units = [u for m in module.modules() if (u := unit_of(m)) is not None]
-        for i, u in enumerate(units):
-            u.label = "root" if i == 0 else f"unit {i}"
-        Root(unit, units)
+        ensure_root(module)
     unit.root.pre_forward(unit)
     if unit.mp.param_dtype is not None and unit.mp.cast_forward_inputs:
         dtype = unit.mp.param_dtype
