@@ -5,6 +5,7 @@
     python -m minidp demo ring --world-size 4 --numel 8
     python -m minidp bench allreduce
     python -m minidp diagrams --out diagrams
+    python -m minidp classroom --out classroom   # real runs, stepped through in a browser
 
 Each ``demo X`` / ``bench X`` lives in ``minidp/demo/X.py`` / ``minidp/bench/X.py`` as a
 ``main(argv)`` function with its own ``--help``.
@@ -42,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         + "".join(f"  bench {k:<9} {v}\n" for k, v in BENCHES.items())
         + "\n'minidp demo ring --help' shows a command's own options.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{demo,bench,exercise,memory,diagrams}")
+    sub = parser.add_subparsers(
+        dest="command", metavar="{demo,bench,exercise,memory,diagrams,classroom}"
+    )
     for name, table, text in (
         ("demo", DEMOS, "run a classroom demo"),
         ("bench", BENCHES, "run a benchmark"),
@@ -63,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         help="regenerate the pictures in diagrams/ from real traced runs",
         add_help=False,
     )
+    # add_help=False: "minidp classroom --help" must reach the classroom's own parser
+    sub.add_parser(
+        "classroom",
+        help="record real runs and write a page that steps through them in a browser",
+        add_help=False,
+    )
     if argv[:1] in (["demo"], ["bench"]) and (len(argv) == 1 or argv[1].startswith("-")):
         parser.print_help()  # "minidp demo --help": list the demos rather than fail
         if argv[0] == "demo":  # and each demo's own options: a class picks one at a glance
@@ -77,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    if args.command in ("diagrams", "exercise"):
+    if args.command in ("diagrams", "exercise", "classroom"):
         module = importlib.import_module(f"minidp.{args.command}")
     elif args.command == "memory":
-        module = importlib.import_module("minidp.zero.plan")
+        module = importlib.import_module("minidp.zero.plan_cli")
     else:
         module = importlib.import_module(f"minidp.{args.command}.{args.which}")
     return module.main(rest) or 0

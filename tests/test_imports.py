@@ -3,8 +3,9 @@ imports itself back through others (no circles).
 
 The library (``comm``, ``launch``, ``dp``, ``ddp``, ``nn``, ``trace``, ``zero``, ``fsdp``,
 ``identity``) sits below the ``python -m minidp ...`` tooling (``bench``, ``demo``,
-``diagrams``, ``exercise``, ``__main__``), so a learner can read a library package without
-meeting a benchmark, and the tooling can change without touching what it measures. The
+``diagrams``, ``exercise``, ``classroom``, ``__main__``), so a learner can read a library
+package without meeting a benchmark, and the tooling can change without touching what it
+measures. The
 graph is read from the source with ``ast`` (imports inside functions count too), not from
 ``sys.modules``, so a lazy import cannot hide a back edge.
 
@@ -18,7 +19,8 @@ import pathlib
 
 import minidp
 
-TOOLING = ("bench", "demo", "diagrams", "exercise", "__main__")  # minidp.<these> and below
+# minidp.<these> and below
+TOOLING = ("bench", "classroom", "demo", "diagrams", "exercise", "__main__")
 
 
 def import_graph(package_dir: pathlib.Path) -> dict[str, set[str]]:

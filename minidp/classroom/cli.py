@@ -1,0 +1,97 @@
+"""``python -m minidp classroom``: record the scenes for real, write the page, serve it.
+
+    python -m minidp classroom                         # record, write classroom/index.html, serve
+    python -m minidp classroom --out DIR --no-serve    # just write DIR/index.html
+    python -m minidp classroom --trace run.json        # a page from your own trace (torchrun...)
+    python -m minidp classroom --screenshots diagrams  # also diagrams/classroom_<scene>.png
+
+The page is one file (JS, CSS and the trace inline): it opens from ``file://`` offline.
+Serving uses Python's ``http.server`` on 127.0.0.1 only, until Ctrl-C.
+
+Test: ``pytest tests/test_classroom.py tests/test_classroom_browser.py``
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import json
+import sys
+from pathlib import Path
+
+from minidp.classroom.page import load_trace, write_page
+from minidp.classroom.record import SCENE_ORDER, Options, record
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="minidp classroom",
+        description="Record real runs (ring, server vs ring, DP, DDP, ZeRO/FSDP memory, FSDP) "
+        "and write one self-contained page that steps through them.",
+    )
+    p.add_argument("--out", default="classroom", help="folder for index.html (default: classroom)")
+    p.add_argument("--no-serve", action="store_true", help="write the page, do not serve it")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--trace", metavar="FILE", help="build the page from this Chrome trace instead")
+    p.add_argument("--save-trace", metavar="FILE", help="also save the recorded trace here")
+    p.add_argument("--only", help=f"comma-separated scenes to record (of {','.join(SCENE_ORDER)})")
+    p.add_argument("--world-size", type=int, default=4, help="ranks in the ring scenes (2-6)")
+    p.add_argument("--numel", type=int, default=8, help="elements of the ring's tensor")
+    p.add_argument("--devices", type=int, default=4, help="DataParallel's simulated devices")
+    p.add_argument("--batch", type=int, default=8, help="DataParallel's batch")
+    p.add_argument("--ddp-world-size", type=int, default=2, help="ranks for DDP, ZeRO, FSDP")
+    p.add_argument("--width", type=int, default=64, help="MLP width for DDP, ZeRO, FSDP")
+    p.add_argument("--screenshots", metavar="DIR", help="write DIR/classroom_<scene>.png")
+    return p
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    only = tuple(s.strip() for s in args.only.split(",")) if args.only else SCENE_ORDER
+    return Options(world_size=args.world_size, numel=args.numel, devices=args.devices,
+                   batch=args.batch, ddp_world=args.ddp_world_size, width=args.width,
+                   only=only)  # fmt: skip
+
+
+def serve(folder: Path, port: int = 0) -> None:
+    """Serve ``folder`` on 127.0.0.1 until Ctrl-C (the page itself needs no server)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
+        print(f"serving on http://127.0.0.1:{httpd.server_address[1]}/  (Ctrl-C to stop)")
+        try:
+            httpd.serve_forever()
+        except KeyboardInterrupt:
+            print("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.trace:
+            data = load_trace(args.trace)
+        else:
+            options = options_from(args)
+            options.check()  # bad options fail before any rank starts
+            data = record(options, progress=lambda line: print(line, flush=True))
+    except (ValueError, FileNotFoundError) as e:
+        parser.error(str(e))
+    if args.save_trace:
+        saved = Path(args.save_trace)
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(data))
+        print(f"trace saved: {args.save_trace} (also opens in Perfetto)")
+    page = write_page(data, args.out)
+    print(f"page written: {page} (open it directly, offline: {page.resolve().as_uri()})")
+    if args.screenshots:
+        from minidp.classroom.shots import screenshots
+
+        for path in screenshots(page, args.screenshots):
+            print(f"screenshot: {path}")
+    if not args.no_serve:
+        serve(page.parent, args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

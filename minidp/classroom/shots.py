@@ -1,0 +1,67 @@
+"""Screenshots of the classroom page, one per scene, in a real browser (playwright).
+
+    python -m minidp classroom --no-serve --out /tmp/cls --screenshots diagrams
+
+Each scene is opened at a step worth showing (``#scene/step`` in the address) and saved
+as ``classroom_<scene>.png``. The browser is Debian's Chromium (``apt-get install -y
+chromium``) driven by playwright from pip; the page needs no network, so none is allowed.
+
+Test: ``pytest tests/test_classroom_browser.py``
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+# (scene, which step: a fraction of the way through, chosen to show the idea mid-flight)
+SHOTS = {"ring": 0.4, "traffic": 1.0, "dp": 0.5, "ddp": 0.55, "memory": 1.0, "fsdp": 0.35}
+
+
+def browser_path() -> str | None:
+    """Chromium's path, or None when this machine has none."""
+    return CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+
+
+def launch(playwright):
+    path = browser_path()
+    if path is None:
+        raise RuntimeError("classroom screenshots: no chromium (apt-get install -y chromium)")
+    return playwright.chromium.launch(executable_path=path, args=["--no-sandbox"])
+
+
+def offline(page) -> None:
+    """Refuse every request that is not a local file: the page must need no network."""
+    page.route(
+        "**/*",
+        lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort(),
+    )
+
+
+def screenshots(page_path: str | Path, out: str | Path) -> list[Path]:
+    """Save one PNG per scene present in the page; returns their paths."""
+    from playwright.sync_api import sync_playwright
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    url = Path(page_path).resolve().as_uri()
+    paths = []
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        offline(page)
+        page.goto(url)
+        for scene, where in SHOTS.items():
+            button = page.locator(f'nav [data-scene="{scene}"]')
+            if button.count() == 0 or "absent" in (button.get_attribute("class") or ""):
+                continue
+            button.click()
+            last = int(page.locator("#scrub").get_attribute("max"))
+            page.evaluate(f"location.hash = '#{scene}/{round(last * where)}'")
+            page.reload()
+            path = out / f"classroom_{scene}.png"
+            page.screenshot(path=str(path), full_page=True)
+            paths.append(path)
+        browser.close()
+    return paths
