@@ -29,6 +29,8 @@ WRONG = [
     ("naive_all_reduce", "forgot_root", "rank 0's own value left out"),
     ("ring_all_reduce", "no_allgather", "forgot the all-gather"),
     ("ring_all_reduce", "gather_wrong_chunk", "chunks in the wrong place"),
+    ("ring_all_reduce", "gather_adds", "the all-gather adds instead of copying"),
+    ("ring_all_reduce", "whole_tensor", "whole tensor round the ring"),
     ("reduce_scatter", "wrong_chunk", "kept the wrong chunk"),
     ("reduce_scatter", "no_reduce", "not reduced"),
     ("all_gather", "by_step", "entries in the wrong order"),
@@ -42,6 +44,17 @@ WRONG = [
     ("reduce_scatter_grad", "no_divide", "forgot to divide by the world size"),
     ("reduce_scatter_grad", "wrong_piece", "kept another rank's piece"),
     ("reduce_scatter_grad", "not_freed", "did not free the full gradient"),
+    ("reduce_scatter_grad", "divide_twice", "divided twice"),
+]
+# (exercise, file, the mistake its hint must name): wrong solutions that RAISE on a rank
+# (the learner's group refuses collectives, checks both ends of every message and that
+# every isend was waited for) — the hint comes from the error
+WRONG_RAISES = [
+    ("ring_all_reduce", "float32_buffer", "receive buffer of another dtype"),
+    ("ring_all_reduce", "chunk_off_by_one", "message sizes differ"),
+    ("ring_all_reduce", "isend_not_waited", "isend never waited for"),
+    ("ring_all_reduce", "cheat_group_allreduce", "used a collective instead of send/recv"),
+    ("ring_all_reduce", "cheat_dist_all_reduce", "used a collective instead of send/recv"),
 ]
 # (exercise, file, the line every rank is stuck at, rank 0's counters there): blocking
 # sends on every rank
@@ -85,7 +98,7 @@ def test_untouched_stub_is_not_implemented_yet(exercise):
 def test_every_exercise_has_wrong_solutions_and_a_lesson(exercise):
     # the DP/DDP and FSDP exercises' wrong solutions, tested in their own files
     others = DP_DDP_WRONG + [("fsdp_unit", what, mistake) for what, mistake in FSDP_WRONG]
-    wrong = [row[0] for row in WRONG + DEADLOCKS + others]
+    wrong = [row[0] for row in WRONG + WRONG_RAISES + DEADLOCKS + others]
     assert wrong.count(exercise.name) >= 2, f"{exercise.name}: add 2 wrong solutions to WRONG"
     lesson = Path(exercise.stub).parents[1] / f"{exercise.lesson}.py"
     assert lesson.is_file(), lesson
@@ -102,6 +115,17 @@ def test_classic_wrong_solution_fails_with_its_hint(name, what, mistake):
     # the counterexample is shrunk: no bigger than the smallest failing fixed case
     first = next(o for o in rep.outcomes if not o.passed)
     assert rep.failure.case["world"] <= first.case["world"]
+
+
+@pytest.mark.parametrize(
+    "name,what,mistake", WRONG_RAISES, ids=[f"{n}-{w}" for n, w, _ in WRONG_RAISES]
+)
+def test_wrong_solution_that_raises_fails_with_its_hint(name, what, mistake):
+    rep = check(find(name), WRONG_DIR / f"{name}__{what}.py", generated=0, deadline=3)
+    text = printer.summary(rep)
+    assert not rep.passed and rep.failure.status == "error", text
+    assert rep.failure.mistake is not None and rep.failure.mistake.name == mistake, text
+    assert f"hint ({mistake}): " in text and "raised" in text
 
 
 @pytest.mark.parametrize("name,what,line,counters", DEADLOCKS)
@@ -179,16 +203,20 @@ def test_cli_check_all_scores_a_folder(tmp_path, capfd):
     assert rc == (0 if len(EXERCISES) == 1 else 1)
 
 
-def test_gloo_aborting_the_check_is_explained(capfd):
-    """A learner sending a longer chunk than the neighbour's buffer makes gloo abort the
-    process; the command runs the checker in a child (``python -m minidp exercise check
-    ... --in-process``, so this also tests the wiring), survives and says why."""
-    path = str(WRONG_DIR / "ring_all_reduce__chunk_off_by_one.py")
-    assert main(["check", "ring_all_reduce", "--path", path, "--generated", "0"]) == 1
+def test_a_dying_check_process_is_explained_and_earlier_failures_kept(capfd):
+    """A check process can die under the learner (gloo aborts a process whose rank gets a
+    longer message than its buffer; here the function calls os.abort() in the first case
+    with 4 ranks). The command runs the checker in a child (``python -m minidp exercise
+    check ... --in-process``, so this also tests the wiring), survives, says why, exits 2
+    (no verdict for every case) — and still shows the WRONG of the earlier cases."""
+    path = str(WRONG_DIR / "ring_all_reduce__aborts_later.py")
+    assert main(["check", "ring_all_reduce", "--path", path, "--generated", "0"]) == 2
     out = capfd.readouterr().out
-    assert "case  4  world=3 shape=(2,)" in out  # the case it died in
-    assert "ABORTED: gloo stopped the check process during the case above" in out
-    assert "hint (message sizes differ)" in out
+    assert "case  5  world=4 shape=(3, 5)" in out  # the case it died in
+    assert "ABORTED: the check process died" in out
+    assert "Before that, these cases had failed:" in out
+    assert "case  2  world=2 shape=(4,) dtype=int64 seed=0: WRONG" in out
+    assert "hint (tensor unchanged)" in out
 
 
 @pytest.mark.parametrize(

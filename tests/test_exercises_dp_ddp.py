@@ -33,10 +33,16 @@ WRONG = [
     ("gather", "dim_zero", "concatenated along the wrong dim"),
     ("data_parallel_step", "mean_of_means", "mean of per-device losses"),
     ("data_parallel_step", "averaged_grads", "gradients averaged over replicas"),
+    ("data_parallel_step", "even_split", "even split instead of chunk"),
+    ("data_parallel_step", "replica_twice", "a replica counted twice"),
     ("average_gradients", "no_divide", "forgot to divide by the world size"),
     ("average_gradients", "flat_copy", "gradients unchanged"),
     ("bucketed_ddp", "after_backward", "all-reduce after backward, no overlap"),
     ("bucketed_ddp", "no_divide", "forgot to divide by the world size"),
+    ("bucketed_ddp", "divide_twice", "divided twice"),
+    ("bucketed_ddp", "past_cap", "bucket closed past the cap"),
+    ("bucketed_ddp", "first_hook_last", "finished before the last gradient"),
+    ("bucketed_ddp", "frozen_hooks", "hooks on frozen parameters"),
     ("distributed_sampler", "no_epoch", "sampler without set_epoch"),
     ("distributed_sampler", "blocks", "contiguous blocks instead of a stride"),
     ("no_sync_accumulation", "backward_only", "no_sync that does not cover the forward"),
@@ -50,9 +56,12 @@ WRONG = [
 def test_wrong_solution_fails_with_its_hint(name, what, mistake):
     rep = check(find(name), WRONG_DIR / f"{name}__{what}.py", generated=0)
     text = printer.summary(rep)
-    assert not rep.passed and rep.failure.status == "wrong", text
+    # some slips raise on a rank (a hook on a frozen parameter): the hint comes from the error
+    assert not rep.passed and rep.failure.status in ("wrong", "error"), text
     assert rep.failure.mistake is not None and rep.failure.mistake.name == mistake, text
-    assert f"hint ({mistake}): " in text and "expected" in text and "got" in text
+    assert f"hint ({mistake}): " in text
+    if rep.failure.status == "wrong":
+        assert "expected" in text and "got" in text
 
 
 def test_wrong_solutions_cover_every_dp_ddp_exercise():

@@ -6,10 +6,14 @@
     python -m minidp exercise check ring_all_reduce --path my.py # any file
     python -m minidp exercise check --all [--dir DIR]            # score table (a class)
 
-``check`` prints each case it compared, exits 0 iff all pass, and on failure prints the
-smallest failing case (shrunk), expected vs got per rank, and a hint for the classic
-mistake it recognised. A learner's deadlock is reported at the per-case deadline
-(``--deadline``, default 6 s; the check ends a second later), naming the ranks still
+``check`` prints each case it compared and on failure the smallest failing case (shrunk),
+expected vs got per rank, and a hint for the classic mistake it recognised. Exit codes:
+0 every case passed; 1 a case failed (wrong, raised, deadlock, not implemented yet); 2 no
+verdict (usage error, unknown name, a file that cannot be imported, a check process that
+crashed, aborted or exited early — ``isolate.py``). ``--json`` prints the report as JSON
+(with ``--all``: one entry per exercise, with its cases), for grading scripts. A
+learner's deadlock is reported at the per-case deadline (``--deadline``, default 6 s;
+it covers the import too; the check ends a second later), naming the ranks still
 running and the line of the learner's file each one is waiting at. The checker itself
 runs in a child process (``isolate.py``): gloo aborts a process whose rank receives a
 longer message than its buffer, and the command then explains that instead of dying.
@@ -40,7 +44,8 @@ How to add an exercise (one file each, plus one line in the catalogue):
    ``prepare`` for slow first uses that must not count against the case deadline.
 4. Classic mistakes: ``Mistake(name, hint, matches)``; ``matches(case, results)`` looks
    at every rank's ``got``/``expected``/``extra`` and recognises the wrong answer's
-   signature. Tried in order; the first match prints its hint.
+   signature. Tried in order; the first match prints its hint. A mistake that raises on a
+   rank: ``Mistake(name, hint, raised=REGEX)``, searched in "TypeName: message".
 5. Catalogue: add ``module.NAME_SPEC,`` to ``EXERCISES`` in ``catalogue.py`` (one line).
 6. Tests (``tests/test_exercises.py`` runs every catalogue entry's solution and stub):
    put each classic wrong solution in ``tests/exercise_wrong/NAME__what_is_wrong.py`` and
@@ -54,6 +59,8 @@ other way round. Test: ``pytest tests/test_exercises.py``
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 from pathlib import Path
 
@@ -61,7 +68,7 @@ from minidp.exercise import isolate
 from minidp.exercise import report as printer
 from minidp.exercise.catalogue import EXERCISES, find
 from minidp.exercise.runner import DEADLINE_S, GENERATED, check
-from minidp.exercise.spec import STUBS
+from minidp.exercise.spec import STUBS, describe
 
 __all__ = ["EXERCISES", "check", "find", "main"]
 
@@ -80,9 +87,33 @@ def _list(names_only: bool) -> int:
     return 0
 
 
-def _check_one(exercise, path: str | None, deadline: float, generated: int, score: bool) -> int:
+class _Verdicts:
+    """The verdict file (``isolate.py``): one JSON line per case, then the end."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+
+    def write(self, record: dict) -> None:
+        if self.path:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record, default=str) + "\n")
+
+
+def _mistake(outcome) -> dict:
+    m = outcome.mistake
+    return {"mistake": m.name if m else None, "hint": m.hint if m else None}
+
+
+def _check_one(exercise, path: str | None, deadline: float, generated: int, verdicts) -> int:
     target = Path(path) if path else exercise.stub
     print(f"{exercise.name}: checking {target} against {exercise.reference}", flush=True)
+
+    def on_case(i, o):
+        print(printer.case_verdict(o), flush=True)
+        first = o.detail.splitlines()[0] if o.detail else ""
+        verdicts.write({"event": "case", "i": i, "case": describe(o.case), "status": o.status,
+                        "detail": first, **_mistake(o)})  # fmt: skip
+
     rep = check(
         exercise,
         target,
@@ -91,38 +122,81 @@ def _check_one(exercise, path: str | None, deadline: float, generated: int, scor
         # the case line goes out before the case runs: if gloo aborts the process, the
         # parent's explanation follows the case it happened in
         on_start=lambda i, case: print(printer.case_start(i, case), end="", flush=True),
-        on_case=lambda i, o: print(printer.case_verdict(o), flush=True),
+        on_case=on_case,
     )
-    print(printer.summary(rep), flush=True)
-    if score:  # for the teacher's table (check --all): one line to parse
-        passed = sum(o.passed for o in rep.outcomes)
-        print(f"SCORE\t{printer.status_word(rep)}\t{passed}/{len(rep.outcomes)}")
-    return 0 if rep.passed else 1
+    text = printer.summary(rep)
+    print(text, flush=True)
+    code = 0 if rep.passed else (isolate.ERROR if rep.load_error else isolate.FAIL)
+    f = rep.failure
+    verdicts.write({
+        "event": "end", "exit": code, "status": printer.status_word(rep),
+        "passed": sum(o.passed for o in rep.outcomes), "cases": len(rep.outcomes),
+        "failing case": describe(f.case) if f else None, **(_mistake(f) if f else {}),
+        "report": text,
+    })  # fmt: skip
+    return code
 
 
-def _check_all(folder: str | None, deadline: float, generated: int) -> int:
+def _entry(name: str, path: Path, records: list[dict], why: str) -> dict:
+    """One exercise's entry in the ``--all`` report, from its child's verdict file."""
+    end = next((r for r in reversed(records) if r.get("event") == "end"), None)
+    cases = [r for r in records if r.get("event") == "case"]
+    if end is None:
+        status = "fail: message sizes differ" if "sizes differ" in why else "error: no verdict"
+        end = {"exit": isolate.ERROR, "status": status, "report": why}
+    passed = sum(c["status"] == "pass" for c in cases)
+    return {"exercise": name, "path": str(path), **{k: v for k, v in end.items() if k != "event"},
+            "passed": passed, "cases": len(cases), "case results": cases}  # fmt: skip
+
+
+def _check_all(folder: str | None, deadline: float, generated: int, as_json: bool) -> int:
     base = Path(folder) if folder else STUBS
-    print(f"checking every exercise in {base}", flush=True)
-    rows = []
+    if not as_json:
+        print(f"checking every exercise in {base}", flush=True)
+    entries = []
     for exercise in EXERCISES:
         path = base / f"{exercise.name}.py"
-        status, cases = "missing", "0/0"
         if path.is_file():  # each in its own process: one abort must not end the table
-            argv = ["check", exercise.name, "--path", str(path), "--score"]
+            argv = ["check", exercise.name, "--path", str(path)]
             argv += ["--deadline", str(deadline), "--generated", str(generated)]
-            _, out, why = isolate.run(argv, capture=True)
-            score = [line.split("\t") for line in out.splitlines() if line.startswith("SCORE\t")]
-            if why:
-                status = "fail: message sizes differ" if "sizes differ" in why else "fail: aborted"
-            elif score:
-                status, cases = score[-1][1], score[-1][2]
-            else:
-                status = "fail: checker error"
-        rows.append((exercise.name, status, cases))
-        print(f"  {exercise.name:<28} {status:<36} cases {cases}", flush=True)
-    score = sum(status == "pass" for _, status, _ in rows)
-    print(f"\nscore: {score}/{len(rows)} exercises pass")
-    return 0 if score == len(rows) else 1
+            _, _, why, records = isolate.run(argv, capture=True)
+            entry = _entry(exercise.name, path, records, why)
+        else:
+            entry = {"exercise": exercise.name, "path": str(path), "exit": isolate.FAIL,
+                     "status": "missing", "passed": 0, "cases": 0, "case results": []}  # fmt: skip
+        entries.append(entry)
+        if not as_json:
+            cases = f"{entry['passed']}/{entry['cases']}"
+            print(f"  {exercise.name:<28} {entry['status']:<36} cases {cases}", flush=True)
+    score = sum(e["status"] == "pass" for e in entries)
+    if as_json:
+        print(json.dumps({"folder": str(base), "score": score, "of": len(entries),
+                          "exercises": entries}, indent=1, default=str))  # fmt: skip
+    else:
+        print(f"\nscore: {score}/{len(entries)} exercises pass")
+    if score == len(entries):
+        return isolate.PASS
+    return isolate.ERROR if any(e["exit"] == isolate.ERROR for e in entries) else isolate.FAIL
+
+
+def _seconds(text: str) -> float:
+    """argparse type for --deadline: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of seconds (default {DEADLINE_S:g}), got {text!r}"
+        )
+    return value
+
+
+def _count(text: str) -> int:
+    """argparse type for --generated: a whole number >= 0."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="minidp exercise",
         description="Exercises: write a piece of data parallelism, checked against PyTorch.",
+        epilog="check exit codes: 0 every case passed, 1 a case failed, 2 no verdict "
+        "(usage error, cannot import, crashed, aborted or exited early)",
     )
     sub = parser.add_subparsers(dest="action", required=True)
     ls = sub.add_parser("list", help="list the exercises")
@@ -139,26 +215,30 @@ def main(argv: list[str] | None = None) -> int:
     ck.add_argument("--path", help="the file to check (default: lessons/exercises/NAME.py)")
     ck.add_argument("--all", action="store_true", help="check every exercise: a score table")
     ck.add_argument("--dir", help="with --all: folder holding NAME.py files (a student's)")
-    ck.add_argument("--deadline", type=float, default=DEADLINE_S, help="seconds per case")
-    ck.add_argument("--generated", type=int, default=GENERATED, help="generated cases")
-    # internal: run here, not in a child process (see isolate.py), and print a SCORE line
+    ck.add_argument("--json", action="store_true", help="with --all: the report as JSON")
+    ck.add_argument("--deadline", type=_seconds, default=DEADLINE_S, help="seconds per case")
+    ck.add_argument("--generated", type=_count, default=GENERATED, help="generated cases")
+    # internal: run here, not in a child process (see isolate.py); where to write verdicts
     ck.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
-    ck.add_argument("--score", action="store_true", help=argparse.SUPPRESS)
+    ck.add_argument("--verdict-file", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.action == "list":
         return _list(args.names)
     if args.all == bool(args.name):
         parser.error("check: give an exercise NAME or --all (see 'minidp exercise list')")
     if args.all:
-        return _check_all(args.dir, args.deadline, args.generated)
+        return _check_all(args.dir, args.deadline, args.generated, args.json)
+    if args.json:
+        parser.error("check: --json goes with --all (a grading script reads every exercise)")
     try:
         exercise = find(args.name)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if not args.in_process:  # a gloo abort must not take the command down: run in a child
-        rc, _, why = isolate.run(argv)
+        return isolate.ERROR
+    if not args.in_process:  # nothing the checked code does may decide the exit code
+        rc, _, why, _ = isolate.run(argv)
         if why:
             print(f"\n{why}", flush=True)
         return rc
-    return _check_one(exercise, args.path, args.deadline, args.generated, args.score)
+    verdicts = _Verdicts(args.verdict_file)
+    return _check_one(exercise, args.path, args.deadline, args.generated, verdicts)

@@ -7,10 +7,13 @@ Test: ``pytest tests/test_exercises.py``
 
 from __future__ import annotations
 
+import difflib
+
 from minidp.exercise import (
     comm_metrics,
     comm_p2p,
     comm_ring,
+    ddp_buckets,
     ddp_grads,
     ddp_loop,
     ddp_no_sync,
@@ -34,7 +37,7 @@ EXERCISES: tuple[Exercise, ...] = (
     comm_metrics.BROADCAST,
     comm_metrics.AVERAGE_METRIC,
     ddp_grads.AVERAGE_GRADIENTS,
-    ddp_grads.BUCKETED_DDP,
+    ddp_buckets.BUCKETED_DDP,
     ddp_loop.DISTRIBUTED_SAMPLER,
     ddp_no_sync.NO_SYNC_ACCUMULATION,
     ddp_loop.CHECKPOINT,
@@ -49,5 +52,7 @@ def find(name: str) -> Exercise:
     for exercise in EXERCISES:
         if exercise.name == name:
             return exercise
-    names = ", ".join(e.name for e in EXERCISES)
-    raise ValueError(f"no exercise {name!r} — expected one of: {names}")
+    names = [e.name for e in EXERCISES]
+    close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"no exercise {name!r} — expected one of: {', '.join(names)}.{hint}")

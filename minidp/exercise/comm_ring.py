@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from minidp.exercise import reference
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere, same, small_ints
+from minidp.exercise.spec import Budget, Exercise, Mistake, Result, everywhere, same, small_ints
 
 DTYPES = ("int64", "float32", "float64", "float16", "bfloat16", "int32", "int8", "uint8")
 
@@ -81,6 +81,47 @@ def _one_piece_too_many(results: list[Result]) -> bool:
     return True
 
 
+def simulate_ring(inputs: list[torch.Tensor], gather: str = "copy", extra_steps: int = 0) -> list:
+    """The stub's ring (``tensor_split`` chunks, to the right) on every rank's input, in
+    float64, with a classic slip: ``gather`` "copy" (right), "add" (the all-gather adds
+    what arrives) or "none" (no all-gather); ``extra_steps`` reduce-scatter steps past W-1.
+    Returns every rank's final flat tensor — what that slip gives, to recognise it."""
+    world = len(inputs)
+    flats = [x.reshape(-1).double().clone() for x in inputs]  # (N,) per rank
+    chunks = [f.tensor_split(world) for f in flats]  # views into flats
+    for s in range(world - 1 + extra_steps):  # send chunk (r - s - 1), receive (r - s - 2)
+        sent = [chunks[r][(r - s - 1) % world].clone() for r in range(world)]
+        for r in range(world):
+            chunks[r][(r - s - 2) % world].add_(sent[(r - 1) % world])
+    if gather != "none":
+        for s in range(world - 1):  # send chunk (r - s), receive (r - s - 1)
+            sent = [chunks[r][(r - s) % world].clone() for r in range(world)]
+            for r in range(world):
+                target = chunks[r][(r - s - 1) % world]
+                if gather == "add":
+                    target.add_(sent[(r - 1) % world])
+                else:
+                    target.copy_(sent[(r - 1) % world])
+    return flats
+
+
+def _is_ring(slip: dict):
+    """A detector: every rank's answer is what the ring with ``slip`` gives."""
+
+    def matches(case, results) -> bool:
+        if len(results) < 2:
+            return False
+        wrong = simulate_ring([r.extra["input"] for r in results], **slip)
+        return everywhere(
+            results,
+            lambda rank, r: torch.equal(
+                r.got.reshape(-1).double(), wrong[rank].to(r.got.dtype).double()
+            ),
+        )
+
+    return matches
+
+
 IN_PLACE = Mistake(
     "returned a new tensor",
     "the answer must be written into `tensor` itself (in place), like "
@@ -94,6 +135,12 @@ UNCHANGED = Mistake(
     "(range(world - 1)), and do you add the received buffer into your chunk?",
     lambda case, results: case["world"] > 1 and everywhere(results, _unchanged),
 )
+
+
+def _chunk_bytes(case, world: int) -> int:
+    """Bytes in the largest of the ring's chunks: ceil(N / W) elements."""
+    numel = int(torch.Size(case.get("shape", (4,))).numel())
+    return -(-numel // world) * torch.empty(0, dtype=getattr(torch, case["dtype"])).element_size()
 
 
 def _run_all_reduce(fn, case, rank, world, group) -> Result:
@@ -112,9 +159,39 @@ RING_ALL_REDUCE = Exercise(
     run_rank=_run_all_reduce,
     cases=CASES,
     strategy=comm_cases,
+    budget=Budget(
+        limit=lambda case, world: 2 * (world - 1) * _chunk_bytes(case, world),
+        formula="the ring's most per rank, 2(W-1) chunks of ceil(N/W) elements",
+        mistake=Mistake(
+            "whole tensor round the ring",
+            "the values are right, but each step sent more than one chunk: a ring sends "
+            "2(W-1) chunks of N/W elements per rank — 2(W-1)/W * N in all, the least any "
+            "all-reduce can — not the whole tensor each step (that is (W-1) times more).",
+        ),
+    ),
     mistakes=(
         IN_PLACE,
         UNCHANGED,
+        Mistake(
+            "the all-gather adds instead of copying",
+            "in the all-gather, the chunk that arrives is already the full sum: copy it into "
+            "place (chunk.copy_(buffer), or recv straight into the chunk), do not add it to "
+            "what you hold there.",
+            _is_ring({"gather": "add"}),
+        ),
+        Mistake(
+            "reduce-scatter ran world steps",
+            "the reduce-scatter takes world-1 steps, not world: one step more adds a rank's "
+            "piece twice.",
+            _is_ring({"extra_steps": 1}),
+        ),
+        Mistake(
+            "forgot the all-gather",
+            "each rank holds only its own finished chunk (plus partial sums elsewhere): after "
+            "the world-1 reduce-scatter steps, run world-1 more steps that pass the finished "
+            "chunks round the ring, copying (not adding) what arrives.",
+            _is_ring({"gather": "none"}),  # exactly; other variants: _partly_right below
+        ),
         Mistake(
             "chunks in the wrong place",
             "every rank has all the right sums, but some chunks sit at the wrong offset: in "

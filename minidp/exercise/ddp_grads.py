@@ -9,9 +9,7 @@ below 1e-15 relative — the tolerance (rtol 1e-12) is honest and far tighter th
 classic mistake (a factor of W, a missing all-reduce). With 2 ranks every order is exact.
 
 * ``average_gradients``: after ``loss.backward()``, replace every ``.grad`` by its average.
-* ``bucketed_ddp``: hooks, buckets last layer first, one all-reduce per full bucket
-  started *during* backward (through ``start_all_reduce``, which the checker provides
-  so it can see *when* each bucket leaves and when it is waited for), wait at the end.
+* ``bucketed_ddp``: in ``ddp_buckets.py``, on the same models and data.
 * ``no_sync_accumulation``: in ``ddp_no_sync.py``, on the same models and data.
 
 Test: ``pytest tests/test_exercises_dp_ddp.py -k "average or bucketed"``
@@ -19,14 +17,9 @@ Test: ``pytest tests/test_exercises_dp_ddp.py -k "average or bucketed"``
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 import torch
 from torch import nn
 
-from minidp.comm import all_reduce
-from minidp.ddp.textbook import make_buckets
 from minidp.exercise.spec import Exercise, Mistake, Result, everywhere, same
 
 TOL = (1e-12, 1e-15)  # float64; only the summation order may differ (see above)
@@ -65,10 +58,36 @@ ON_RANK_PROCESSES = dict(
 )
 
 
+class Branchy(nn.Module):
+    """5 -> 3 like the MLP, but as real models are: the first parameter registered is used
+    LAST in forward (so its gradient is ready first, not last), a layer is used twice, and
+    a frozen layer (requires_grad=False) sits at the end. Parameters in registration
+    order: head (8 -> 3), embed (5 -> 8), mid (8 -> 8, used twice), frozen (3 -> 3)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(8, 3)
+        self.embed = nn.Linear(5, 8)
+        self.mid = nn.Linear(8, 8)
+        self.frozen = nn.Linear(3, 3).requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (rows, 5) -> (rows, 3)
+        h = torch.tanh(self.embed(x))
+        h = torch.tanh(self.mid(h))
+        h = torch.tanh(self.mid(h))  # reused: its gradient is ready after both uses
+        return self.frozen(self.head(h))
+
+
 def _model(case) -> nn.Module:
-    """float64 MLP 5 -> 8 -> 8 -> 3, the same on every rank (explicit generator)."""
+    """float64 MLP 5 -> 8 -> 8 -> 3 (or ``Branchy`` when ``case["model"] == "branchy"``),
+    the same on every rank (explicit generator)."""
     g = torch.Generator().manual_seed(500 + case["seed"])
-    model = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))
+    if case.get("model") == "branchy":
+        model = Branchy()
+    else:
+        model = nn.Sequential(
+            nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3)
+        )
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
@@ -91,8 +110,14 @@ def _grads(model: nn.Module) -> list:
 
 
 def _scaled(got: list, expected: list, factor: float) -> bool:
+    """Every gradient is ``factor`` times torch's (a frozen parameter's None stays None)."""
     return all(
-        isinstance(g, torch.Tensor) and torch.allclose(g, e * factor, rtol=1e-9, atol=1e-12)
+        (g is None and e is None)
+        or (
+            isinstance(g, torch.Tensor)
+            and isinstance(e, torch.Tensor)
+            and torch.allclose(g, e * factor, rtol=1e-9, atol=1e-12)
+        )
         for g, e in zip(got, expected)
     )
 
@@ -109,6 +134,20 @@ def _run_average(fn, case, rank, world, group) -> Result:
     fn(mine, group)
     return Result(_grads(mine), _grads(theirs), extra={"local": local})
 
+
+DIVIDED_TWICE_HINT = (
+    "every gradient is torch's divided by world_size once more: divide by group.size() "
+    "ONCE — before the sum (torch's order) or after it, not both (and not op='avg' plus "
+    "a division)."
+)
+DIVIDED_TWICE = Mistake(
+    "divided twice",
+    DIVIDED_TWICE_HINT,
+    lambda case, results: (
+        case["world"] > 1
+        and everywhere(results, lambda rank, r: _scaled(r.got, r.expected, 1 / case["world"]))
+    ),
+)
 
 NOT_DIVIDED = Mistake(
     "forgot to divide by the world size",
@@ -131,6 +170,7 @@ AVERAGE_GRADIENTS = Exercise(
     **ON_RANK_PROCESSES,
     mistakes=(
         NOT_DIVIDED,
+        DIVIDED_TWICE,
         Mistake(
             "gradients unchanged",
             "every rank kept its own gradients: the all-reduce ran on a copy (torch.cat, "
@@ -139,129 +179,6 @@ AVERAGE_GRADIENTS = Exercise(
             lambda case, results: (
                 case["world"] > 1
                 and everywhere(results, lambda rank, r: same(r.got, r.extra["local"]))
-            ),
-        ),
-    ),
-)
-
-# ----------------------------------------------------------------------------- buckets, overlap
-
-
-class _Launcher:
-    """``start_all_reduce`` for the learner: sums on a comm thread, records the timeline."""
-
-    def __init__(self, group) -> None:
-        self.group = group
-        self.pool = ThreadPoolExecutor(max_workers=1)  # one at a time, in launch order
-        self.events: list[tuple[str, int]] = []  # ("ready"|"launch"|"wait", numel or index)
-        self.lock = threading.Lock()
-
-    def note(self, what: str, value: int) -> None:
-        with self.lock:
-            self.events.append((what, value))
-
-    def __call__(self, flat: torch.Tensor):
-        self.note("launch", flat.numel())
-        future = self.pool.submit(all_reduce, flat, "sum", self.group)
-        launcher = self
-
-        class Handle:  # like torch's Work / Future: wait() / result() give the sum
-            def wait(self):
-                launcher.note("wait", 0)
-                return future.result()
-
-            result = wait
-
-        return Handle()
-
-    def summary(self) -> tuple[list[int], bool, bool]:
-        """(launch sizes, some launch before the last gradient, no wait before it)."""
-        last_ready = max(i for i, (what, _) in enumerate(self.events) if what == "ready")
-        launches = [i for i, (what, _) in enumerate(self.events) if what == "launch"]
-        waits = [i for i, (what, _) in enumerate(self.events) if what == "wait"]
-        sizes = [n for what, n in self.events if what == "launch"]
-        return sizes, any(i < last_ready for i in launches), all(i > last_ready for i in waits)
-
-
-def _run_buckets(fn, case, rank, world, group) -> Result:
-    theirs, mine = _model(case), _model(case)
-    ddp = nn.parallel.DistributedDataParallel(theirs, process_group=group)
-    launcher = _Launcher(group)
-    params = list(mine.parameters())
-    for i, p in enumerate(params):  # registered first: they run before the learner's hooks
-        p.register_post_accumulate_grad_hook(lambda p, i=i: launcher.note("ready", i))
-    fn(mine, group, case["cap"], launcher)
-    got, expected, timeline = [], [], []
-    for step in range(2):  # twice: the hooks must re-arm for the next backward
-        launcher.events.clear()
-        for model in (ddp, mine):
-            model.zero_grad(set_to_none=True)
-            _loss(model, _data(case, rank, step)).backward()
-        sizes, overlapped, waited_late = launcher.summary()
-        got += [*_grads(mine), sizes, overlapped, waited_late]
-        buckets = make_buckets(params, case["cap"])
-        expected += [*_grads(theirs), [sum(p.numel() for p in b) for b in buckets], True, True]
-        timeline.append(list(launcher.events))
-    launcher.pool.shutdown()
-    return Result(got, expected, extra={"timeline": timeline, "n": len(params)})
-
-
-def _grads_right(r: Result, n: int) -> bool:
-    return _scaled(r.got[:n], r.expected[:n], 1.0)
-
-
-def _flag(index_from_end: int):
-    """A detector: gradients and bucket sizes right, one timeline flag False."""
-    return lambda case, results: everywhere(
-        results,
-        lambda rank, r: (
-            _grads_right(r, r.extra["n"])
-            and r.got[r.extra["n"]] == r.expected[r.extra["n"]]
-            and r.got[r.extra["n"] + 3 - index_from_end] is False
-        ),
-    )
-
-
-def _grads_times(case):
-    """``everywhere`` test: the first step's gradients are world_size times torch's."""
-    return lambda rank, r: _scaled(r.got[: r.extra["n"]], r.expected[: r.extra["n"]], case["world"])
-
-
-BUCKETED_DDP = Exercise(
-    name="bucketed_ddp",
-    lesson="11_buckets_overlap",
-    summary="DDP with hooks: buckets last layer first, all-reduced during backward",
-    reference="torch.nn.parallel.DistributedDataParallel's gradients (gloo), float64, rtol 1e-12",
-    run_rank=_run_buckets,
-    cases=tuple({**c, "cap": 200} for c in CASES),  # 200 bytes: 3 buckets of this MLP
-    strategy=lambda: ddp_cases(cap=_st().sampled_from([1, 100, 200, 400, 2**20])),
-    **ON_RANK_PROCESSES,
-    mistakes=(
-        Mistake(
-            "all-reduce after backward, no overlap",
-            "the gradients are right, but no bucket left before the last gradient was ready: "
-            "start a bucket's all-reduce in the hook that completes it, and wait only in the "
-            "hook of the very last gradient.",
-            _flag(2),
-        ),
-        Mistake(
-            "waited for each bucket at once",
-            "you wait on a bucket right after starting it, so backward stalls on every "
-            "bucket: keep the handles, and wait for them all only when the last gradient "
-            "has arrived.",
-            _flag(1),
-        ),
-        Mistake(
-            "forgot to divide by the world size",
-            NOT_DIVIDED.hint,
-            lambda case, results: case["world"] > 1 and everywhere(results, _grads_times(case)),
-        ),
-        Mistake(
-            "other buckets",
-            "the bucket sizes differ: walk the parameters LAST to first (reversed(params)), "
-            "add each to the open bucket, and close it as soon as it holds >= bucket_cap_bytes.",
-            lambda case, results: everywhere(
-                results, lambda rank, r: r.got[r.extra["n"]] != r.expected[r.extra["n"]]
             ),
         ),
     ),

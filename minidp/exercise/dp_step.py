@@ -29,10 +29,32 @@ def _mlp(case) -> nn.Module:
     return model
 
 
+def _rows_seen(model: nn.Module) -> list[int]:
+    """A list that fills with the rows of every forward of ``model`` — or of any replica:
+    ``copy.deepcopy`` and torch's ``replicate`` both keep the hook (a function is copied
+    as itself), so what each device received is recorded, whatever order they ran in."""
+    seen: list[int] = []
+    model.register_forward_pre_hook(lambda module, args: seen.append(len(args[0])))
+    return seen
+
+
+def _per_replica_grads(model: nn.Module, x, y, devices: int) -> list[list[torch.Tensor]]:
+    """Replica i's share of the batch gradient: the whole batch's loss, with every chunk
+    but i's output held constant. (A slip that counts replica i twice adds this once more.)"""
+    outs = [model(c) for c in x.chunk(devices)]
+    shares = []
+    for i in range(len(outs)):
+        joined = torch.cat([o if j == i else o.detach() for j, o in enumerate(outs)])
+        loss = nn.functional.cross_entropy(joined, y)
+        shares.append(list(torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)))
+    return shares
+
+
 def _run_dp_step(fn, case, rank, world, group) -> Result:
     x, y = _batch(case, rank)
     x = x.double()
     model, mine = _mlp(case), _mlp(case)  # same weights (and earlier .grad, if any)
+    seen = _rows_seen(mine)
     official = nn.DataParallel(model)  # no accelerator: device_ids == [], the plain module
     out = official(x)
     loss = nn.functional.cross_entropy(out, y)
@@ -41,14 +63,20 @@ def _run_dp_step(fn, case, rank, world, group) -> Result:
                            ["cpu"] * case["devices"])  # fmt: skip
     chunks = list(zip(x.chunk(case["devices"]), y.chunk(case["devices"])))
     per_chunk = [nn.functional.cross_entropy(model(xc), yc) for xc, yc in chunks]
+    rows = sorted([len(xc) for xc, _ in chunks], reverse=True)  # torch's scatter: chunk()
+    names = [f"{n}'s gradient" for n, _ in model.named_parameters()]
     extra = {
         "input": x,
         "used": len(chunks),
         "before": [p.grad for p in _mlp(case).parameters()],  # None unless accumulating
         "mean_of_means": torch.stack(per_chunk).mean().detach(),
+        "shares": _per_replica_grads(_mlp(case), x, y, case["devices"]),
+        "even rows": sorted([len(c) for c in x.tensor_split(case["devices"])], reverse=True),
+        "labels": ["output", "loss", "rows each device received", *names],
     }
-    got = [got_out.detach(), got_loss.detach(), *[p.grad for p in mine.parameters()]]
-    expected = [out.detach(), loss.detach(), *[p.grad for p in model.parameters()]]
+    got = [got_out.detach(), got_loss.detach(), sorted(seen, reverse=True),
+           *[p.grad for p in mine.parameters()]]  # fmt: skip
+    expected = [out.detach(), loss.detach(), rows, *[p.grad for p in model.parameters()]]
     return Result(got, expected, extra)
 
 
@@ -60,7 +88,7 @@ def _grads_scaled(case, r: Result) -> bool:
     """Gradients (beyond any earlier one) are 1/used of torch's: averaged, not summed."""
     n = r.extra["used"]
     before = r.extra["before"]
-    pairs = zip(r.got[2:], r.expected[2:], before)
+    pairs = zip(r.got[3:], r.expected[3:], before)
     return n > 1 and all(
         _close(g, (e - (b if b is not None else 0)) / n + (b if b is not None else 0))
         for g, e, b in pairs
@@ -71,7 +99,15 @@ def _overwrote(case, r: Result) -> bool:
     """The earlier .grad is gone: the step's sum replaced it instead of adding to it."""
     before = r.extra["before"]
     return before[0] is not None and all(
-        _close(g, e - b) for g, e, b in zip(r.got[2:], r.expected[2:], before)
+        _close(g, e - b) for g, e, b in zip(r.got[3:], r.expected[3:], before)
+    )
+
+
+def _replica_twice(case, r: Result) -> bool:
+    """The gradients are torch's plus one replica's share once more."""
+    return any(
+        all(_close(g, e + s) for g, e, s in zip(r.got[3:], r.expected[3:], share))
+        for share in r.extra["shares"]
     )
 
 
@@ -92,11 +128,31 @@ DATA_PARALLEL_STEP = Exercise(
     tolerance=lambda case: (1e-10, 1e-12),
     mistakes=(
         Mistake(
+            "even split instead of chunk",
+            "the devices received as-even-as-possible chunks (tensor_split: batch 10 on 4 "
+            "devices is 3, 3, 2, 2), but torch's scatter uses inputs.chunk(n): ceil(B/n) "
+            "rows each and the rest on the last (3, 3, 3, 1). The gradient sums hide it; "
+            "what each device computes does not.",
+            _any_rank(lambda case, r: r.got[2] == r.extra["even rows"] != r.expected[2]),
+        ),
+        Mistake(
             "mean of per-device losses",
             "the loss is the mean of per-device means; with unequal chunks (3, 3, 3, 1) that "
             "over-weights the small chunk. Gather the outputs first, then compute ONE loss "
             "on the whole batch.",
-            _any_rank(lambda case, r: _close(r.got[1], r.extra["mean_of_means"])),
+            _any_rank(
+                lambda case, r: (
+                    not _close(r.got[1], r.expected[1])
+                    and _close(r.got[1], r.extra["mean_of_means"])
+                )
+            ),
+        ),
+        Mistake(
+            "a replica counted twice",
+            "the gradients are torch's plus one replica's gradient once more: sum each "
+            "replica's gradient exactly once — start from the first replica's and add the "
+            "OTHERS (for c in copies[1:]), or start from zero and add them all.",
+            _any_rank(_replica_twice),
         ),
         Mistake(
             "gradients averaged over replicas",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from minidp.exercise.ddp_grads import warm_ddp
+from minidp.exercise.ddp_grads import DIVIDED_TWICE_HINT, warm_ddp
 from minidp.exercise.spec import Exercise, Mistake, Result, everywhere
 
 TOL = (1e-12, 1e-15)  # float64; only the summation order may differ (see above)
@@ -130,6 +130,14 @@ FSDP_UNIT = Exercise(
             lambda case, results: (
                 case["world"] > 1
                 and everywhere(results, lambda r, res: _scaled(res, case["world"]))
+            ),
+        ),
+        Mistake(
+            "divided twice",
+            DIVIDED_TWICE_HINT,
+            lambda case, results: (
+                case["world"] > 1
+                and everywhere(results, lambda r, res: _scaled(res, 1 / case["world"]))
             ),
         ),
         Mistake(

@@ -75,9 +75,17 @@ def failure_text(report: Report) -> str:
     if f.mistake is not None:
         lines.append(f"hint ({f.mistake.name}): {f.mistake.hint}")
     elif f.status == "wrong":
+        if any("input" in r.extra for r in f.results or []):
+            where = "the inputs are above"
+        else:  # say where they come from rather than point at nothing
+            run = ex.run_rank
+            where = (
+                f"each rank's inputs are built from the case above by {run.__module__}."
+                f"{run.__name__}(fn, case, rank, world_size, group)"
+            )
         lines.append(
-            "hint: no classic mistake recognised; run this case by hand (the inputs are "
-            "above) and compare your result with expected step by step."
+            f"hint: no classic mistake recognised; run this case by hand ({where}) and "
+            "compare your result with expected step by step."
         )
     return "\n".join(lines)
 

@@ -12,13 +12,18 @@ Test: ``pytest tests/test_exercises.py``
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from minidp.comm.errors import PeerError
+from minidp.exercise import seal as seals
 from minidp.exercise.learner import LoadError, learner_line, load
+from minidp.exercise.learner_group import GROUP_MISTAKES, LearnerGroup, PostOffice, guarded
 from minidp.exercise.process_world import shared_ranks
 from minidp.exercise.spec import Case, Exercise, Mistake, Result, compare, simpler
 from minidp.exercise.world import ThreadWorld
@@ -71,12 +76,46 @@ class Report:
         return not self.load_error and self.failure is None and bool(self.outcomes)
 
 
+CHANGED_CHECKER = Mistake(
+    "changed the checker",
+    "your file re-pointed names in minidp's or torch's code, which computes the answer "
+    "yours is compared with: a file that does that cannot pass. Remove the assignments.",
+)
+
+
+def check_settings(deadline: float, generated: int) -> None:
+    """ValueError unless ``deadline`` is a positive finite number of seconds and
+    ``generated`` a count >= 0 (0 would end every case at once; nan never)."""
+    if not isinstance(deadline, (int, float)) or not math.isfinite(deadline) or deadline <= 0:
+        raise ValueError(
+            f"deadline: expected a positive number of seconds (default {DEADLINE_S:g}), got "
+            f"{deadline!r}. Hint: a deadline of 0 or less ends every case before it starts"
+        )
+    if not isinstance(generated, int) or generated < 0:
+        raise ValueError(
+            f"generated: expected a count >= 0 (default {GENERATED}), got {generated!r}"
+        )
+
+
 def _type(exc: BaseException) -> str:
     return getattr(exc, "type_name", type(exc).__name__)  # a rank process's: its own type
 
 
-def _job(run_rank, fn, case, rank, world_size, group) -> Result:
-    return run_rank(fn, case, rank, world_size, group)
+def _raised(rank: int, exc: BaseException) -> str:
+    """``rank 1 raised ValueError: ...`` — without saying "rank 1" twice when the message
+    already starts with it (a rank process's headline)."""
+    what, text = _type(exc), str(exc)
+    if text.startswith(f"rank {rank} "):
+        return text
+    return f"rank {rank} raised {what}: {text}"
+
+
+def _job(run_rank, fn, office, case, rank, world_size, group) -> Result:
+    """One thread rank's case: the learner's function gets a :class:`LearnerGroup`."""
+    learner = LearnerGroup(group, office)
+    result = run_rank(guarded(fn, group, learner), case, rank, world_size, group)
+    result.extra["bytes sent"] = learner.sent_bytes
+    return result
 
 
 class Checker:
@@ -86,11 +125,21 @@ class Checker:
         self.exercise = exercise
         self.path = Path(path).resolve()
         self.deadline = deadline
-        self.fn = load(self.path, exercise.name)
+        self.seal = seals.Seal()  # before the learner's code runs: what the checker is
+        try:
+            self.fn = load(self.path, exercise.name, deadline=deadline)
+        finally:
+            changed = self.seal.broken()
+            self.seal.restore()
+        if changed:
+            raise LoadError(seals.explain(changed, "while being imported"))
         self._worlds: dict = {}  # world size -> ThreadWorld or ProcessRanks
+        self._discarded: list[ThreadWorld] = []  # failed worlds whose threads may still run
 
     def _world(self, size: int):
         world = self._worlds.get(size)
+        if world is not None and world.broken and not self.exercise.processes:
+            self._discarded.append(world)  # its rank threads are joined in close()
         if world is None or world.broken:
             kind = shared_ranks if self.exercise.processes else ThreadWorld
             world = self._worlds[size] = kind(size, timeout=self.deadline + 1.0)
@@ -99,44 +148,78 @@ class Checker:
         return world
 
     def run_case(self, case: Case) -> Outcome:
+        outcome = self._run_case(case)
+        changed = self.seal.broken()
+        if changed:  # whatever the answers said: they were judged by patched code
+            self.seal.restore()
+            text = seals.explain(changed, "while this case ran")
+            return Outcome(case, "error", text, mistake=CHANGED_CHECKER, error="changed")
+        return outcome
+
+    def _run_case(self, case: Case) -> Outcome:
         world = self._world(case["world"])
         if self.exercise.processes:
             run = world.run(self.exercise.name, str(self.path), case, self.deadline)
         else:
-            job = partial(_job, self.exercise.run_rank, self.fn, case)
+            job = partial(_job, self.exercise.run_rank, self.fn, PostOffice(), case)
             run = world.run(job, self.deadline, focus=str(self.path))
-        if run.stuck:
+        root = run.root_error() if run.errors else None
+        own_error = root is not None and not isinstance(root[1], PeerError)
+        if run.stuck and not own_error:  # (a rank's own error is the cause, not the hang)
             lines = [f"rank {r} still running, at {where}" for r, where in run.stuck.items()]
-            lines += [f"rank {r} raised {_type(e)}: {e}" for r, e in run.errors.items()]
+            lines += [_raised(r, e) for r, e in run.errors.items()]
             head = f"ranks {sorted(run.stuck)} did not finish within {self.deadline:g}s"
             hint = " — a deadlock: a send nobody receives, or a recv nobody sends to?"
             if all(".send(" in where for where in run.stuck.values()):
                 lines.append(BLOCKING_SENDS)
             return Outcome(case, "stuck", "\n".join([head + hint, *lines]))
         if run.errors:
-            rank, exc = run.root_error()
+            rank, exc = root
             what = _type(exc)
             if what == "NotImplementedError":
                 return Outcome(case, "todo", "not implemented yet")
             where = learner_line(exc, str(self.path))
-            return Outcome(case, "error", f"rank {rank} raised {what}: {exc}{where}", error=what)
+            detail = f"{_raised(rank, exc)}{where}"
+            return Outcome(case, "error", detail, mistake=self._diagnose_error(exc), error=what)
         results: list[Result] = run.values
         tol = self.exercise.tolerance(case) if self.exercise.tolerance else None
         for rank, res in enumerate(results):
-            why = compare(res.got, res.expected, tol)
+            why = compare(res.got, res.expected, tol, res.extra.get("labels"))
             if why:
                 return Outcome(
                     case, "wrong", f"rank {rank}: {why}", results, self._diagnose(case, results)
                 )
+        budget = self.exercise.budget
+        if budget is not None and not self.exercise.processes:
+            limit = budget.limit(case, case["world"])
+            for rank, res in enumerate(results):
+                sent = res.extra.get("bytes sent", 0)
+                if sent > limit:
+                    detail = (
+                        f"rank {rank}: right values, but it sent {sent} bytes; "
+                        f"{budget.formula} is {limit} bytes here"
+                    )
+                    return Outcome(case, "wrong", detail, results, budget.mistake)
         return Outcome(case, "pass", "", results)
 
     def _diagnose(self, case: Case, results: list[Result]) -> Mistake | None:
         for mistake in self.exercise.mistakes:
+            if mistake.matches is None:
+                continue
             try:
                 if mistake.matches(case, results):
                     return mistake
             except Exception:  # a detector must never hide the real failure
                 continue
+        return None
+
+    def _diagnose_error(self, exc: BaseException) -> Mistake | None:
+        """The classic mistake a rank's error shows, from the exercise's ``raised``
+        patterns, then the learner group's own (dtype, sizes, unwaited, collectives)."""
+        text = f"{_type(exc)}: {exc}"
+        for mistake in (*self.exercise.mistakes, *GROUP_MISTAKES):
+            if mistake.raised and re.search(mistake.raised, text):
+                return mistake
         return None
 
     def shrink(self, outcome: Outcome) -> tuple[Outcome, int]:
@@ -157,8 +240,14 @@ class Checker:
 
     def close(self) -> None:
         for world in self._worlds.values():
-            if not world.broken and not self.exercise.processes:  # processes are shared
+            if self.exercise.processes:  # rank processes are shared between checks
+                continue
+            if world.broken:
+                world.join()
+            else:
                 world.close()
+        for world in self._discarded:
+            world.join()
 
 
 def check(
@@ -173,6 +262,7 @@ def check(
 
     ``on_start(i, case)`` is called before case i runs, ``on_case(i, outcome)`` after.
     """
+    check_settings(deadline, generated)
     path = Path(path or exercise.stub)
     report = Report(exercise, path)
     try:

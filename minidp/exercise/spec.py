@@ -36,11 +36,27 @@ class Result:
 
 @dataclass(frozen=True)
 class Mistake:
-    """A classic wrong solution, recognised from the answers it gives."""
+    """A classic wrong solution, recognised from the answers it gives (``matches``) or,
+    for one that raises, from the error it raises (``raised``, a regex searched in
+    "TypeName: message" of the root error)."""
 
     name: str  # short: "forgot the all-gather"
     hint: str  # what to change, in one or two sentences
-    matches: Callable[[Case, list[Result]], bool]  # (case, per-rank results) -> is it this?
+    matches: Callable[[Case, list[Result]], bool] | None = None  # (case, results) -> is it?
+    raised: str = ""  # e.g. r"RuntimeError: .*doesn't require gradient"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How many payload bytes one rank may send: right values moved wastefully still fail.
+
+    ``limit(case, world)``: the most any rank sends in the algorithm the exercise teaches;
+    ``formula``: that limit in words, printed with it; ``mistake``: what sending more means.
+    """
+
+    limit: Callable[[Case, int], int]
+    formula: str
+    mistake: Mistake
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,8 @@ class Exercise:
             first case, outside the case deadline: slow first uses (torch DDP and
             optimizers import ``torch._dynamo``, seconds) must not read as a deadlock.
             Module-level, so rank processes can receive it.
+        budget: payload bytes a rank may send (thread ranks only, where the learner's
+            group counts them); a right answer that sends more fails with its mistake.
     """
 
     name: str
@@ -82,6 +100,7 @@ class Exercise:
     processes: bool = False
     shrink: Callable[[Case], Iterable[Case]] | None = None
     prepare: Callable[[int, int], None] | None = None
+    budget: Budget | None = None
 
     @property
     def stub(self) -> Path:
@@ -145,8 +164,14 @@ def simpler(case: Case) -> Iterable[Case]:
 # ----------------------------------------------------------------------------- answers
 
 
-def compare(got: Any, expected: Any, tol: tuple[float, float] | None) -> str | None:
-    """None if ``got`` matches ``expected``; otherwise why not, in a few words."""
+def compare(
+    got: Any, expected: Any, tol: tuple[float, float] | None, labels: list[str] | None = None
+) -> str | None:
+    """None if ``got`` matches ``expected``; otherwise why not, in a few words.
+
+    ``labels``: names of the items of a list answer (``["output", "loss", ...]``), so a
+    difference reads "item 2 (0.weight's gradient), element [1, 0]: ...".
+    """
     if isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             return f"expected a tensor, got {type(got).__name__}"
@@ -160,8 +185,21 @@ def compare(got: Any, expected: Any, tol: tuple[float, float] | None) -> str | N
         try:
             torch.testing.assert_close(got, expected, rtol=tol[0], atol=tol[1], equal_nan=True)
         except AssertionError:
-            return f"values differ beyond rtol={tol[0]:g}, atol={tol[1]:g}"
+            far = (got.double() - expected.double()).abs().reshape(-1)
+            i = int(far.nan_to_num(float("inf")).argmax()) if far.numel() else 0
+            where = _index(i, got)
+            e, g = expected.reshape(-1)[i].item(), got.reshape(-1)[i].item()
+            return (
+                f"values differ beyond rtol={tol[0]:g}, atol={tol[1]:g}; most at element "
+                f"{where}: expected {e!r}, got {g!r}"
+            )
         return None
+    plain = (bool, int, float, str)
+    if isinstance(expected, (list, tuple)) and all(isinstance(e, plain) for e in expected):
+        # a short list of numbers (bucket sizes, indices): shown whole
+        if isinstance(got, (list, tuple)) and list(got) == list(expected):
+            return None
+        return f"expected {list(expected)}, got {got!r}"
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
             n = len(got) if isinstance(got, (list, tuple)) else type(got).__name__
@@ -169,7 +207,8 @@ def compare(got: Any, expected: Any, tol: tuple[float, float] | None) -> str | N
         for i, (a, b) in enumerate(zip(got, expected)):
             why = compare(a, b, tol)
             if why:
-                return f"[{i}]: {why}"
+                name = f" ({labels[i]})" if labels and i < len(labels) else ""
+                return f"item {i}{name}: {why}"
         return None
     if isinstance(expected, float):
         if not isinstance(got, (int, float)) and not (
@@ -179,7 +218,7 @@ def compare(got: Any, expected: Any, tol: tuple[float, float] | None) -> str | N
         got_t = torch.tensor(float(got), dtype=torch.float64)
         exp_t = torch.tensor(expected, dtype=torch.float64)
         return compare(got_t, exp_t, tol)
-    return None if got == expected else "values differ"
+    return None if got == expected else f"expected {expected!r}, got {got!r}"
 
 
 def _first_difference(got: torch.Tensor, expected: torch.Tensor) -> str:
@@ -188,9 +227,15 @@ def _first_difference(got: torch.Tensor, expected: torch.Tensor) -> str:
     if not len(diff):  # equal values, other bits (e.g. -0.0 vs 0.0, or nan)
         return "values differ (same numbers, different bits: -0.0 or nan?)"
     i = int(diff[0])
-    where = [int(k) for k in torch.unravel_index(torch.tensor(i), got.shape)] if got.dim() else []
     e, g = expected.reshape(-1)[i].item(), got.reshape(-1)[i].item()
-    return f"values differ at {where}: expected {e!r}, got {g!r}"
+    return f"values differ at element {_index(i, got)}: expected {e!r}, got {g!r}"
+
+
+def _index(flat: int, t: torch.Tensor) -> list[int]:
+    """The multi-index of flat position ``flat`` in ``t`` ([] for a 0-dim tensor)."""
+    if not t.dim():
+        return []
+    return [int(k) for k in torch.unravel_index(torch.tensor(flat), t.shape)]
 
 
 def same(a: Any, b: Any) -> bool:

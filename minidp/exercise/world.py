@@ -122,17 +122,20 @@ class ThreadWorld:
                 end = min(end, time.monotonic() + GRACE_S)  # peers get a moment to report
         for rank in sorted(pending):
             run.stuck[rank] = where(self._threads[rank], focus)
-        if not run.ok:
-            self.close(failed=True)
+        if not run.ok:  # the next case starts a fresh world now; join this one's ranks later
+            self.close(failed=True, wait=False)
         return run
 
-    def close(self, failed: bool = False) -> None:
-        """Stop the rank threads and wait for them.
+    def close(self, failed: bool = False, wait: bool = True) -> None:
+        """Stop the rank threads and (``wait``) wait for them.
 
         After a failure the groups are aborted first, so ranks waiting on a peer fail
         now. A rank blocked inside gloo is not woken by abort; gloo's own timeout (just past
-        the job deadline) ends it, so wait that long: a thread left blocked in C++ aborts the
-        interpreter at exit. A rank spinning in the learner's Python is left behind (daemon).
+        the job deadline) ends it, so :meth:`join` waits that long: a thread left blocked in
+        C++ aborts the interpreter at exit. ``wait=False`` leaves that to a later
+        :meth:`join` (the checker joins every discarded world once, at the end, instead of
+        paying a gloo timeout per failing case). A rank spinning in the learner's Python is
+        left behind (daemon).
         """
         self.broken = True
         if failed:
@@ -140,10 +143,16 @@ class ThreadWorld:
                 _abort(g)
         for box in self._inbox:
             box.put(None)
-        end = time.monotonic() + self.timeout + 1.0
-        for t in self._threads:
-            t.join(max(end - time.monotonic(), 0.0))
+        self._join_by = time.monotonic() + self.timeout + 1.0
+        if wait:
+            self.join()
         self.groups = [None] * self.size  # destroy the groups here, not at interpreter exit
+
+    def join(self) -> None:
+        """Wait for the rank threads of a closed world, until gloo's timeout has ended any
+        still blocked in it."""
+        for t in self._threads:
+            t.join(max(self._join_by - time.monotonic(), 0.0))
 
 
 def where(thread: threading.Thread, focus: str) -> str:

@@ -71,12 +71,14 @@ def _shards(r: Result) -> tuple[list, list]:
     return r.got[:-1], r.expected[:-1]
 
 
-def _not_divided(case, results) -> bool:
+def _not_divided(case, results, factor: float | None = None) -> bool:
+    """Every piece is ``factor`` (default: world) times the reference."""
     w = case["world"]
+    factor = w if factor is None else factor
     return w > 1 and everywhere(
         results,
         lambda rank, r: all(
-            isinstance(g, torch.Tensor) and torch.allclose(g, e * w, rtol=1e-12, atol=0)
+            isinstance(g, torch.Tensor) and torch.allclose(g, e * factor, rtol=1e-12, atol=0)
             for g, e in zip(*_shards(r))
         ),
     )
@@ -115,6 +117,12 @@ REDUCE_SCATTER_GRAD = Exercise(
             "every piece is world_size times the reference: reduce-scatter SUMS — divide your "
             "piece by group.size() (the gradient is an average, as in DDP).",
             _not_divided,
+        ),
+        Mistake(
+            "divided twice",
+            "every piece is the reference divided by world_size once more: divide by "
+            "group.size() ONCE — before the reduce-scatter or after it, not both.",
+            lambda case, results: _not_divided(case, results, 1 / case["world"]),
         ),
         Mistake(
             "kept another rank's piece",

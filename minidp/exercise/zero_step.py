@@ -18,7 +18,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from minidp.exercise.ddp_grads import CASES, ON_RANK_PROCESSES, _data, _loss, _model, warm_ddp
+from minidp.exercise.ddp_grads import (
+    CASES,
+    DIVIDED_TWICE_HINT,
+    ON_RANK_PROCESSES,
+    _data,
+    _loss,
+    _model,
+    warm_ddp,
+)
 from minidp.exercise.spec import Exercise, Mistake, Result, everywhere, same
 from minidp.zero.partition import partition_parameters
 
@@ -67,13 +75,15 @@ def _moved(first: dict, start: list, key: str) -> list:
     return [after - before for after, before in zip(first[key], start)]
 
 
-def _not_divided(case, results) -> bool:
-    """First step: every move is world x torch's (SGD's first step is linear in the grad)."""
+def _not_divided(case, results, factor: float | None = None) -> bool:
+    """First step: every move is ``factor`` (default world) x torch's (SGD's first step is
+    linear in the gradient)."""
     w = case["world"]
+    factor = w if factor is None else factor
     return w > 1 and everywhere(
         results,
         lambda rank, r: all(
-            torch.allclose(g, e * w, rtol=1e-9, atol=1e-12)
+            torch.allclose(g, e * factor, rtol=1e-9, atol=1e-12)
             for g, e in zip(
                 _moved(r.extra["first"], r.extra["start"], "got"),
                 _moved(r.extra["first"], r.extra["start"], "expected"),
@@ -116,6 +126,11 @@ ZERO1_STEP = Exercise(
             "the first step moved every parameter world_size times as far as torch's: the "
             "all-reduce SUMS — divide each gradient by group.size() (DDP averages).",
             _not_divided,
+        ),
+        Mistake(
+            "divided twice",
+            DIVIDED_TWICE_HINT,
+            lambda case, results: _not_divided(case, results, 1 / case["world"]),
         ),
     ),
 )

@@ -1,0 +1,31 @@
+"""Wrong on purpose: divides by the world size before the all-reduce AND after it."""
+
+import torch
+
+from minidp.ddp.textbook import make_buckets
+
+
+def bucketed_ddp(model, group, bucket_cap_bytes, start_all_reduce):
+    params = [p for p in model.parameters() if p.requires_grad]
+    buckets = make_buckets(params, bucket_cap_bytes)
+    bucket_of = {p: b for b, bucket in enumerate(buckets) for p in bucket}
+    pending = [len(b) for b in buckets]
+    handles = []
+
+    def hook(param):
+        pending[bucket_of[param]] -= 1
+        while len(handles) < len(buckets) and pending[len(handles)] == 0:
+            bucket = buckets[len(handles)]
+            flat = torch.cat([p.grad.reshape(-1) * (1.0 / group.size()) for p in bucket])
+            handles.append(start_all_reduce(flat))
+        if len(handles) == len(buckets):
+            for bucket, handle in zip(buckets, handles):
+                flat, offset = handle.wait() / group.size(), 0  # the slip: divided again
+                for p in bucket:
+                    p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+                    offset += p.numel()
+            pending[:] = [len(b) for b in buckets]
+            handles.clear()
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(hook)
