@@ -90,10 +90,12 @@ def test_torch_scatter_gather_run_on_cpu_and_are_restored():
     assert torch.equal(joined, gather([c * 2 for c in x.chunk(4)], "cpu"))
 
 
-def test_rank_processes_are_shared_between_checks():
-    """A second check of a process exercise reuses the rank processes of the first."""
+def test_rank_processes_are_shared_between_checks_and_sizes():
+    """A second check of a process exercise reuses the rank processes of the first, and a
+    case of 2 ranks runs on the first 2 of the same world as one of 3."""
     ex, wrong = find("average_gradients"), WRONG_DIR / "average_gradients__no_divide.py"
     assert check(ex, wrong, generated=0).failure.case["world"] == 2  # fails in world 2
-    first = shared_ranks(2, timeout=60.0)
+    first = shared_ranks(2, timeout=60.0)._world
     assert check(ex, wrong, generated=0).failure.mistake.name.startswith("forgot to divide")
-    assert shared_ranks(2, timeout=60.0) is first and not first.broken
+    assert shared_ranks(2, timeout=60.0)._world is first and not first.broken
+    assert shared_ranks(3, timeout=60.0)._world is first
