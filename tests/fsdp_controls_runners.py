@@ -42,7 +42,7 @@ def fsdp2_gathers():
         setattr(dist, name, original)
 
 
-def _models(world: int):
+def _models(world: int, reshard=True):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -52,9 +52,10 @@ def _models(world: int):
     theirs.load_state_dict(reference.state_dict())
     ours.load_state_dict(reference.state_dict())
     mesh = init_device_mesh("cpu", (world,))
-    for model, shard in ((theirs, lambda m: fully_shard(m, mesh=mesh)), (ours, minidp.fully_shard)):
+    for model, shard in ((theirs, lambda m, **kw: fully_shard(m, mesh=mesh, **kw)),
+                         (ours, minidp.fully_shard)):  # fmt: skip
         for block in model.blocks:
-            shard(block)
+            shard(block, reshard_after_forward=reshard)
         shard(model)
     return theirs, ours
 
@@ -105,4 +106,27 @@ def controls_vs_fsdp2(rank: int, world: int, moves: list[str], steps: int = 3) -
             issued.append([e["name"] for e in rec.events if e["name"].startswith(kinds)])
             rows += _compare(step, theirs, ours)
         out[move] = {"rows": rows, "gathers": gathers, "issued": issued}
+    return out
+
+
+def reshard_to_vs_fsdp2(rank: int, world: int, k: int, steps: int = 2) -> dict:
+    """``reshard_after_forward=k`` on every block, minidp beside FSDP2: rows, all-gathers per
+    step, and the bytes minidp sent per step with k and with True."""
+    out = {"rows": [], "gathers": [], "bytes": {}}
+    for reshard in (k, True):
+        theirs, ours = _models(world, reshard)
+        opts = [make_optimizer("adamw", m.parameters()) for m in (theirs, ours)]
+        before = 0
+        for step, (tokens, target) in enumerate(batches(rank, steps)):
+            with fsdp2_gathers() as n:
+                _step(theirs, opts[0], "plain", tokens, target)
+            with trace.recording() as rec:
+                _step(ours, opts[1], "plain", tokens, target)
+            if reshard == k:
+                ran = sum(e["name"].startswith("all-gather") for e in rec.events)
+                out["gathers"].append((ran, n[0]))
+                out["rows"] += _compare(step, theirs, ours)
+            sent = minidp.fsdp.traffic(ours).sent_bytes
+            out["bytes"][str(reshard)] = sent - before
+            before = sent
     return out

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fsdp_controls_runners import BLOCKS, controls_vs_fsdp2
+from fsdp_controls_runners import BLOCKS, controls_vs_fsdp2, reshard_to_vs_fsdp2
 from helpers import FSDP2_UNUSABLE
 from test_fsdp_support import TinyLM
 
@@ -61,6 +61,30 @@ def test_forward_prefetch_two_ahead_issues_earlier(results):
     explicit, implicit = results[0]["prefetch"]["issued"][1], results[0]["plain"]["issued"][1]
     assert issued_before_forward_ends(explicit, "unit 3", "unit 1"), explicit
     assert not issued_before_forward_ends(implicit, "unit 3", "unit 1"), implicit
+
+
+@needs_fsdp2
+def test_reshard_to_two_of_four_ranks_trains_like_fsdp2_and_gathers_within_two(process_world):
+    """reshard_after_forward=2 at 4 ranks: each block keeps 1/2 of itself after forward and
+    backward gathers it from its pair ({0, 1}, {2, 3}: FSDP2's rule) — same bits and same
+    all-gathers as FSDP2, and fewer bytes than resharding to all 4 ranks."""
+    for rank, r in enumerate(process_world(4).run(reshard_to_vs_fsdp2, 2)):
+        diffs = [row for row in r["rows"] if row[3] != 0.0]
+        assert r["rows"] and diffs == [], f"rank {rank}: (step, param, what, |diff|): {diffs[:5]}"
+        assert all(ours == theirs for ours, theirs in r["gathers"]), r["gathers"]
+        assert r["bytes"]["2"] < r["bytes"]["True"], r["bytes"]
+
+
+def _reshard_to(rank, world, k):
+    torch.manual_seed(0)
+    minidp.fully_shard(TinyLM().blocks[0], reshard_after_forward=k)
+
+
+def test_reshard_after_forward_int_is_refused_like_fsdp2():
+    with pytest.raises(WorkerError, match=r"it should be a factor of 2, not 3"):
+        run_threads(_reshard_to, 2, 3, timeout=30)
+    with pytest.raises(WorkerError, match=r"should be a bool or an int .* not 2.0"):
+        run_threads(_reshard_to, 2, 2.0, timeout=30)
 
 
 def _bad_control(rank, world, what):

@@ -18,6 +18,12 @@ rank's shards and loads back into the same sharding.
 Test: ``pytest tests/test_fsdp.py`` (against FSDP2 on a gloo CPU mesh, torch >= 2.8).
 """
 
+from minidp.fsdp.checkpoint import (
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    load_sharded,
+    save_sharded,
+)
 from minidp.fsdp.policy import MixedPrecisionPolicy
 from minidp.fsdp.state import full_state_dict, load_full_state_dict, sharded_bytes, traffic
 from minidp.fsdp.wrap import fully_shard, unit_of
@@ -26,7 +32,11 @@ __all__ = [
     "MixedPrecisionPolicy",
     "full_state_dict",
     "fully_shard",
+    "get_model_state_dict",
+    "get_optimizer_state_dict",
     "load_full_state_dict",
+    "load_sharded",
+    "save_sharded",
     "sharded_bytes",
     "traffic",
     "unit_of",

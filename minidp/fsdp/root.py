@@ -184,7 +184,7 @@ class Root:
             return
         self.post_order.append(unit)
         if unit is not self.unit and unit.reshard_after_forward:
-            unit.free()
+            unit.reshard_after_forward_now()  # free (an int k: keep a chunk over k ranks)
         if unit is self.unit:
             self.pending = sum(sum(u.requires_grad) for u in self.units)
 

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from minidp.comm import all_gather, all_reduce
-from minidp.fsdp import shard
+from minidp.fsdp import post_forward, shard
 from minidp.fsdp.grad import ShardedGrad
 from minidp.fsdp.policy import (
     NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE,
@@ -57,7 +57,9 @@ class FSDPUnit:
         self.group = group  # the shard group: gathers, reduce-scatters
         self.replicate_group = None  # HSDP: the same shard's replicas (all-reduce after)
         self.rank, self.world = group.rank(), group.size()
-        self.reshard_after_forward = reshard_after_forward
+        self.reshard_after_forward = reshard_after_forward  # True, False, or an int k
+        self.post_group = None  # int k: the k ranks this rank reshards to after forward
+        self.post_kept: list[torch.Tensor] | None = None  # this rank's chunks over that group
         self.mp = mp or MixedPrecisionPolicy()
         self.shapes = [p.shape for p in params]
         self.requires_grad = [p.requires_grad for p in params]
@@ -102,6 +104,13 @@ class FSDPUnit:
             p.untyped_storage().resize_(0)
         self.install(self.sharded)
         self.is_unsharded = False
+        self.post_kept = None
+
+    def reshard_after_forward_now(self) -> None:
+        """After forward: free, keeping a chunk over the k-group first if k is an int."""
+        kept = post_forward.keep(self.full, self.post_group) if self.post_group else None
+        self.free()
+        self.post_kept = kept
 
     @torch.no_grad()
     def follow_module(self) -> None:
@@ -178,7 +187,11 @@ class FSDPUnit:
 
     def gather(self) -> None:
         """All-gather into the ``full`` parameters' storages (allocating them again)."""
-        fulls = self.gather_full(self.param_dtype)
+        if self.post_kept is not None:  # resharded to k ranks: gather within them only
+            fulls = post_forward.gather(self.post_kept, self.shapes, self.post_group)
+            self.post_kept = None
+        else:
+            fulls = self.gather_full(self.param_dtype)
         if not self.full:
             self.full = [
                 nn.Parameter(torch.empty(s, dtype=self.param_dtype, device=self.device), rg)

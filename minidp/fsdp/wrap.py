@@ -32,7 +32,7 @@ from torch import nn
 
 from minidp.comm import all_gather
 from minidp.comm import group as groups
-from minidp.fsdp import controls
+from minidp.fsdp import controls, post_forward
 from minidp.fsdp.policy import MixedPrecisionPolicy, cast_floating
 from minidp.fsdp.root import ensure_root
 from minidp.fsdp.unit import UNIT_ATTR, FSDPUnit, unit_of
@@ -46,12 +46,15 @@ def fully_shard(
     *,
     mesh=None,
     process_group=None,
-    reshard_after_forward: bool = True,
+    reshard_after_forward: bool | int = True,
     mp_policy: MixedPrecisionPolicy | None = None,
     ignored_params: set[nn.Parameter] | None = None,
 ) -> nn.Module:
     """Shard ``module``'s parameters (those no inner ``fully_shard`` took) across the group.
 
+    ``reshard_after_forward``: free the unit after its forward (``True``; the root stays
+    gathered), keep it whole until backward (``False``), or an int k: keep it sharded over
+    k ranks only, so backward gathers within them (``post_forward.py``).
     ``mesh`` (FSDP2's argument, from ``minidp.init_device_mesh``): 1-D — shard across it; 2-D
     ``("replicate", "shard")`` — HSDP: shard within each row, replicate across the rows
     (the gradients reduce-scatter in the row, then all-reduce down the column). Without
@@ -75,9 +78,14 @@ def fully_shard(
             f"{type(module).__name__} has {sorted(map(str, dtypes))} — wrap them separately"
         )
     group, replicate = _mesh_groups(mesh, process_group)
+    reshard_after_forward = post_forward.check(reshard_after_forward, group.size())
     _check_same_structure(module, names, params, group)
     unit = FSDPUnit(module, names, params, locations, group, reshard_after_forward, mp_policy)
     unit.replicate_group = replicate
+    if not isinstance(reshard_after_forward, bool):  # an int k: the k-rank groups (all ranks)
+        unit.post_group = post_forward.make_group(
+            post_forward.mesh_ranks(mesh, group), reshard_after_forward
+        )
     module.__dict__[UNIT_ATTR] = unit
     for name, p in zip(names, params):  # originals a later unit may still reach: tied ones
         setattr(p, _TAKEN, f"{type(module).__name__}.{name}")
