@@ -14,6 +14,11 @@
 * The planner reproduces the ZeRO paper's own example (7.5 B parameters, 64 GPUs: 120,
   31.4, 16.6 and 1.9 GB) and the 235 GB of the 14.7 B-parameter Qwen2.5 case; bad
   arguments are clear errors.
+* Its HSDP row (``shard_size``) is what a real ``minidp.fully_shard(mesh=2 x 2)`` model
+  holds per rank after an AdamW step (4 processes), and not FSDP's row over all 4 ranks;
+  ``--seq`` puts the activation estimate of the preset's layer shape in the table, and
+  the bad combinations (``--seq`` with ``--activations-gib``, without a preset, ...) are
+  refused with what was expected.
 
 Run: ``pytest tests/test_memory.py``
 """
@@ -30,7 +35,8 @@ import torch
 from test_zero_support import TinyLM, Wide, memory_by_stage
 
 from minidp.launch import run_threads
-from minidp.zero import plan
+from minidp.zero import plan, plan_cli
+from minidp.zero.activations import stack_bytes
 from minidp.zero.memory import expected, measure
 from minidp.zero.partition import partition_parameters, row_range, rows_per_rank
 from minidp.zero.stages import step_and_measure, step_traffic, train_step
@@ -199,19 +205,19 @@ def test_planner_says_its_layout_and_counts_ddp_buckets(capsys):
     assert with_buckets["ddp"].buckets == pytest.approx(2 * psi)  # bf16 gradients: 2 bytes
     assert with_buckets["zero1"].buckets == pytest.approx(2 * psi)
     assert with_buckets["zero2"].buckets == with_buckets["fsdp"].buckets == 0
-    assert plan.main(["--params", "1e9", "--precision", "fsdp2-bf16", "--ddp-buckets"]) == 0
+    assert plan_cli.main(["--params", "1e9", "--precision", "fsdp2-bf16", "--ddp-buckets"]) == 0
     out = capsys.readouterr().out
     assert "buckets" in out and "Layout: FSDP2's MixedPrecisionPolicy" in out
-    plan.main(["--params", "1e9"])
+    plan_cli.main(["--params", "1e9"])
     out = capsys.readouterr().out
     assert "Layout: the ZeRO paper's" in out and "buckets are not counted" in out
 
 
 def test_planner_cli(capsys):
-    assert plan.main(["--model", "qwen2.5-14b", "--gpus", "2", "--gpu-gib", "80"]) == 0
+    assert plan_cli.main(["--model", "qwen2.5-14b", "--gpus", "2", "--gpu-gib", "80"]) == 0
     out = capsys.readouterr().out
     assert "DDP (replicated)" in out and "219.0  NO" in out and "Activations are extra" in out
-    plan.main(["--params", "1e9", "--gpus", "8", "--activations-gib", "3"])
+    plan_cli.main(["--params", "1e9", "--gpus", "8", "--activations-gib", "3"])
     assert "Activations are extra" not in capsys.readouterr().out
 
 
@@ -238,7 +244,7 @@ def test_planner_bad_input(kwargs, pattern):
 
 def test_planner_cli_bad_input(capsys):
     with pytest.raises(SystemExit):
-        plan.main(["--params", "1e9", "--gpus", "0"])
+        plan_cli.main(["--params", "1e9", "--gpus", "0"])
     assert "expected gpus to be an integer >= 1, got 0" in capsys.readouterr().err
 
 
@@ -273,7 +279,7 @@ def test_planner_cli_refuses_non_finite_and_negative_numbers(capsys, flag, value
     # "--flag=value": argparse reads a lone "-inf" or "-1e9" as an option, not a value
     argv = {"--params": "1e9", "--gpus": "2"} | {flag: value}
     with pytest.raises(SystemExit) as exit_:
-        plan.main([f"{k}={v}" for k, v in argv.items()])
+        plan_cli.main([f"{k}={v}" for k, v in argv.items()])
     assert exit_.value.code == 2  # argparse's usage error, before any table is printed
     captured = capsys.readouterr()
     assert captured.out == ""  # no table of inf/nan, no verdict
@@ -286,7 +292,7 @@ def test_planner_cli_refuses_non_finite_and_negative_numbers(capsys, flag, value
 def test_planner_cli_accepts_the_edges(capsys):
     # 0 is a real value for activations (none) and trainable (all frozen); tiny sizes are fine
     argv = ["--params", "1e3", "--gpu-gib", "1e-3", "--activations-gib", "0", "--trainable", "0"]
-    assert plan.main(argv) == 0
+    assert plan_cli.main(argv) == 0
     assert "DDP (replicated)" in capsys.readouterr().out
 
 
@@ -328,3 +334,97 @@ def test_fsdp_measured_near_formula():
             assert f.params <= weights <= f.params + 4 * row_elems
             assert f.grads <= grads <= f.grads + 4 * row_elems
             assert abs(state - f.optimizer) <= 8 * row_elems + 4 * len(params)
+
+
+# ---- HSDP and activations in the planner -----------------------------------------------------
+
+
+def _hsdp_and_fsdp_usage(rank: int, world: int, base) -> dict:
+    """Measured model states after one AdamW step: HSDP on a 2 x 2 mesh, FSDP over all 4."""
+    from test_zero_support import batch, lm_loss
+
+    import minidp
+
+    mesh = minidp.init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+    x, y = batch(rank, 0)
+    out = {}
+    for name, kw in (("hsdp", {"mesh": mesh}), ("fsdp", {})):
+        model = copy.deepcopy(base)
+        for child in model.children():  # each layer, then the root (stages.build's wrapping)
+            minidp.fully_shard(child, **kw)
+        minidp.fully_shard(model, **kw)
+        opt = torch.optim.AdamW(model.parameters())
+        train_step(model, opt, x, y, lm_loss)
+        out[name] = measure(model, opt)
+    return out
+
+
+def test_planner_hsdp_row_is_measured_from_a_2x2_model(process_world):
+    """HSDP's row = FSDP's with N = the shard size: (4+4+8)Ψ/2 on every rank of the 2 x 2 mesh,
+    within one padding row per parameter (weights, grads) and AdamW's step counters; and the
+    measured HSDP bytes are NOT FSDP-over-4's row (that 1-D FSDP model's bytes are)."""
+    torch.manual_seed(0)
+    base = Wide()
+    params = list(base.parameters())
+    numel = sum(p.numel() for p in params)
+    slack = 4 * sum(p.numel() // p.shape[0] for p in params)  # one padding row per parameter
+    rows = {r.stage: r for r in plan.plan(numel, 4, 80, "adamw", "fp32", shard_size=2)}
+    for rank, usage in enumerate(process_world(4).run(_hsdp_and_fsdp_usage, base)):
+        for stage in ("hsdp", "fsdp"):
+            u, row = usage[stage], rows[stage]
+            where = f"rank {rank}, {stage}: measured {u}, planned {row}"
+            assert row.weights <= u.params <= row.weights + slack, where
+            assert row.grads <= u.grads <= row.grads + slack, where
+            assert abs(u.optimizer - row.optimizer) <= 2 * slack + 4 * len(params), where
+        assert usage["hsdp"].total > rows["fsdp"].total + 3 * slack  # tells the two apart
+        assert rows["hsdp"].total == pytest.approx(2 * rows["fsdp"].total)
+
+
+def test_planner_cli_hsdp_and_estimated_activations(capsys):
+    argv = ["--model", "qwen2.5-14b", "--gpus", "16", "--shard-size", "8", "--seq", "4096"]
+    assert plan_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "HSDP (8-GPU shard)" in out and "replicated across 2 groups" in out
+    # the preset's shape reaches stack_bytes (the estimate itself: test_activations.py)
+    peak = stack_bytes(48, 4096, 1, 5120, 40, ffn=13824, mlp="swiglu", flash=True).peak
+    assert f"backward peak {peak / plan.GIB:.1f} GiB" in out
+    assert f"{peak / plan.GIB:>8.1f}" in out.splitlines()[2]  # the DDP row's activations
+    full = plan_cli.activation_estimate("qwen2.5-14b", 4096, checkpointing="full")
+    fp32 = plan_cli.activation_estimate("qwen2.5-14b", 4096, precision="fp32")
+    assert full.peak < peak / 5 and fp32.peak == pytest.approx(2 * peak, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "argv, pattern",
+    [
+        (["--model", "gpt2", "--seq", "1024", "--activations-gib", "3"],
+         r"expected either --seq .* or --activations-gib .*got both\. Hint"),
+        (["--params", "1e9", "--seq", "1024"],
+         r"expected a --model whose layer shape is known .*got a --params count\. Hint"),
+        (["--model", "gpt2", "--micro-batch", "4", "--checkpointing", "full"],
+         r"expected --seq with --micro-batch, --checkpointing .*got no --seq\. Hint"),
+        (["--model", "gpt2", "--seq", "0"], r"argument --seq: expected a sequence length"),
+        (["--model", "gpt2", "--gpus", "6", "--shard-size", "4"],
+         r"expected shard_size to be an integer in \[1, gpus\] that divides gpus \(6\), got 4"),
+    ],
+)  # fmt: skip
+def test_planner_cli_refuses_bad_combinations(capsys, argv, pattern):
+    with pytest.raises(SystemExit) as exit_:
+        plan_cli.main(argv)
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and re.search(pattern, captured.err), captured.err
+
+
+@pytest.mark.parametrize(
+    "call, pattern",
+    [
+        (lambda: plan_cli.activation_estimate(None, 1024), r"layer shape is known .*--params"),
+        (lambda: plan_cli.activation_estimate("gpt2", 1024, attention="paged"), r"got 'paged'"),
+        (lambda: plan.plan(1e9, 8, 80, shard_size=3), r"divides gpus \(8\), got 3"),
+        (lambda: plan.plan(1e9, 8, 80, shard_size=16), r"divides gpus \(8\), got 16"),
+    ],
+)
+def test_planner_bad_hsdp_and_activation_arguments(call, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call()

@@ -1,9 +1,11 @@
 """``memory_stages.png``: what each rank holds after one AdamW step, stage by stage.
 
-Stacked bars per rank — weights, gradients, optimizer state — read from the real tensors
-(``minidp.zero.memory.measure``) after one step of DDP, ZeRO-1, ZeRO-2 and, where
-``minidp.fsdp`` is present, FSDP, at 2 and 4 thread-ranks; a black tick marks the ZeRO
-paper's formula for the stage (fp32 AdamW: p = g = 4, K = 8).
+Stacked bars per rank — weights, gradients, DDP's flat gradient buckets, optimizer state —
+read from the real tensors (``minidp.zero.memory.measure``) after one step of DDP, ZeRO-1,
+ZeRO-2 and, where ``minidp.fsdp`` is present, FSDP, at 2 and 4 thread-ranks; a black tick
+marks the ZeRO paper's formula for the stage (fp32 AdamW: p = g = 4, K = 8) plus the
+buckets: with torch's default ``gradient_as_bucket_view=False`` DDP and ZeRO-1 (which runs
+on DDP) keep a second gradient copy there, 4 bytes per parameter — 20 in all, not 16.
 
     python -m minidp diagrams --only memory
 
@@ -20,7 +22,12 @@ from torch import nn
 
 from minidp.diagrams.common import pyplot, save_figure
 
-COLOURS = {"weights": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
+COLOURS = {
+    "weights": "#4c72b0",
+    "grads": "#dd8452",
+    "DDP's gradient buckets": "#c44e52",
+    "optimizer": "#55a868",
+}
 
 
 def _model(width: int) -> nn.Module:
@@ -63,6 +70,7 @@ def draw(out: Path, quick: bool = False) -> Path:
                 for part, value in (
                     ("weights", u.params),
                     ("grads", u.grads),
+                    ("DDP's gradient buckets", u.buckets),
                     ("optimizer", u.optimizer),
                 ):
                     ax.bar(
@@ -76,7 +84,8 @@ def draw(out: Path, quick: bool = False) -> Path:
                     bottom += value / kib
                 labels.append((x, f"r{rank}"))
                 x += 1
-            formula = sum(plan.stage_bytes(stage, numel, world, 4, 4, 8)) / kib
+            formula = sum(plan.stage_bytes(stage, numel, world, 4, 4, 8))
+            formula = (formula + plan.bucket_bytes(stage, numel, 4)) / kib  # 4Ψ or nothing
             ax.hlines(
                 formula,
                 left - 0.45,
@@ -84,7 +93,7 @@ def draw(out: Path, quick: bool = False) -> Path:
                 colors="#111",
                 linestyles=":",
                 lw=1.5,
-                label="ZeRO formula" if stage == "ddp" else None,
+                label="ZeRO formula + buckets" if stage == "ddp" else None,
             )
             ax.text(
                 (left + x - 1) / 2,
@@ -103,7 +112,8 @@ def draw(out: Path, quick: bool = False) -> Path:
     axes[0].legend(fontsize=8.5, loc="upper right")
     fig.suptitle(
         f"Model states per rank, measured from the tensors: MLP of {numel:,} parameters, fp32 "
-        "AdamW (16 bytes/parameter replicated)",
+        "AdamW\n(16 bytes/parameter replicated; DDP and ZeRO-1 + 4 in DDP's flat gradient "
+        "buckets, torch's default gradient_as_bucket_view=False)",
         fontsize=11,
     )
-    return save_figure(fig, out / "memory_stages.png", rect=(0, 0.04, 1, 0.94))
+    return save_figure(fig, out / "memory_stages.png", rect=(0, 0.04, 1, 0.92))

@@ -14,7 +14,8 @@
 * ``objects.py``: a Python object (a state dict) broadcast over minidp's collectives.
 * ``memory.py``: model-state bytes per rank read from the real tensors; ``stages.py``: one
   step of DDP / ZeRO-1 / ZeRO-2 / FSDP, measured (memory and bytes sent).
-* ``plan.py``: the ZeRO paper's formulas for a real model — ``python -m minidp memory``;
+* ``plan.py``: the ZeRO paper's formulas for a real model; ``plan_cli.py``: ``python -m minidp
+  memory`` (HSDP with ``--shard-size``, activations with ``--seq``);
   ``activations.py``: activation bytes of a transformer layer stack (Korthikanti et al.),
   with and without checkpointing.
 

@@ -1,7 +1,9 @@
-"""Plan before you buy: model-state bytes per GPU for DDP, ZeRO-1, ZeRO-2 and FSDP (ZeRO-3).
+"""Plan before you buy: model-state bytes per GPU for DDP, ZeRO-1, ZeRO-2, FSDP and HSDP.
 
     python -m minidp memory --model qwen2.5-14b --gpus 2 --gpu-gib 80
-    python -m minidp memory --params 14.7e9 --gpus 8 --gpu-gib 80 --precision bf16-mixed
+    python -m minidp memory --params 14.7e9 --gpus 32 --shard-size 8 --precision bf16-mixed
+
+(the command line is ``plan_cli.py``; this file is the arithmetic.)
 
 The formulas are the ZeRO paper's (Rajbhandari et al., 2020, table 1): with ``Ψ``
 parameters on ``N`` GPUs, ``p``/``g`` bytes per weight/gradient element and ``K`` bytes of
@@ -9,7 +11,10 @@ optimizer state per parameter,
 
     DDP (2+2+K)Ψ,  ZeRO-1 2Ψ + 2Ψ + KΨ/N,  ZeRO-2 2Ψ + (2+K)Ψ/N,  ZeRO-3 (2+2+K)Ψ/N
 
-(written with ``p = g = 2`` there). The paper leaves out DDP's flat gradient buckets: torch's
+(written with ``p = g = 2`` there). HSDP (``shard_size=S``: shard within groups of ``S``
+GPUs, usually one node's, replicate across the ``N/S`` groups) holds FSDP's bytes with
+``N = S``: ``(p+g+K)Ψ/S`` — more than FSDP over all ``N``, for traffic that crosses
+nodes only once per step (lesson 37). The paper leaves out DDP's flat gradient buckets: torch's
 DDP (and so ZeRO-1, which runs on it) keeps one more gradient-sized copy there unless
 ``gradient_as_bucket_view=True``; ``buckets=True`` (``--ddp-buckets``) adds it.
 
@@ -21,7 +26,8 @@ fp32 sharded weights and gradients, fp32 moments: 4+4+8, plus bf16 copies of the
 gathered at the moment). Frozen parameters (``--trainable`` < 1) keep their
 weights but need no gradient and no optimizer state. Activations, temporary buffers,
 the CUDA context and fragmentation are *extra*: give ``--activations-gib`` to include a
-measured or estimated figure, otherwise "fits" means "the model states fit".
+measured figure, or ``--seq`` to include ``activations.py``'s estimate for a preset's
+layer shape (:data:`LAYERS`), otherwise "fits" means "the model states fit".
 
 The numbers here are checked against the real tensors by ``memory.py``
 (``tests/test_memory.py``).
@@ -31,10 +37,8 @@ Test: ``pytest tests/test_memory.py -k plan``
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-from collections.abc import Callable
 
 GIB = 1024**3
 STAGES = ("ddp", "zero1", "zero2", "fsdp")
@@ -43,6 +47,7 @@ STAGE_NAMES = {
     "zero1": "ZeRO-1",
     "zero2": "ZeRO-2",
     "fsdp": "FSDP / ZeRO-3",
+    "hsdp": "HSDP",  # not in STAGES: a row only when plan(shard_size=...) asks for it
 }
 # bytes per element of (weights, gradients) and the optimizer state's bytes per parameter
 # excluding a master copy, per element of the moments' dtype: Adam keeps two, SGD with
@@ -77,6 +82,21 @@ MODELS = {
     "qwen2.5-72b": 72.7e9,
     "llama-3-8b": 8.03e9,
     "llama-3-70b": 70.6e9,
+}
+# Each preset's transformer layer (the models' published configs), for the activation
+# estimate: (layers, hidden, heads, MLP hidden size, MLP kind). Qwen2.5 and Llama 3 use
+# grouped-query attention: their k and v are smaller than the estimate's (which counts full
+# multi-head k and v, 2 of its ~20 sbh-terms), so it is a slight over-estimate for them.
+LAYERS = {
+    "gpt2": (12, 768, 12, 3072, "gelu"),
+    "qwen2.5-0.5b": (24, 896, 14, 4864, "swiglu"),
+    "qwen2.5-1.5b": (28, 1536, 12, 8960, "swiglu"),
+    "qwen2.5-7b": (28, 3584, 28, 18944, "swiglu"),
+    "qwen2.5-14b": (48, 5120, 40, 13824, "swiglu"),
+    "qwen2.5-32b": (64, 5120, 40, 27648, "swiglu"),
+    "qwen2.5-72b": (80, 8192, 64, 29568, "swiglu"),
+    "llama-3-8b": (32, 4096, 32, 14336, "swiglu"),
+    "llama-3-70b": (80, 8192, 64, 28672, "swiglu"),
 }
 
 
@@ -133,6 +153,13 @@ class Row:
     activations: float
     gpu_bytes: float
     buckets: float = 0.0  # DDP's flat gradient buckets (plan(buckets=True)), else 0
+    shard_size: int = 0  # HSDP's shard group (the "hsdp" row), else 0
+
+    @property
+    def name(self) -> str:
+        if self.stage == "hsdp":
+            return f"HSDP ({self.shard_size}-GPU shard)"
+        return STAGE_NAMES[self.stage]
 
     @property
     def total(self) -> float:
@@ -152,16 +179,20 @@ def plan(
     trainable: float = 1.0,
     activations_gib: float = 0.0,
     buckets: bool = False,
+    shard_size: int | None = None,
 ) -> list[Row]:
     """One :class:`Row` per stage: bytes per GPU and whether it fits in ``gpu_gib``.
 
     ``buckets``: also count DDP's flat gradient buckets (torch's default,
     ``gradient_as_bucket_view=False``); the paper's formulas leave them out.
+    ``shard_size``: add an "hsdp" row — shard within groups of ``shard_size`` GPUs, replicate
+    across the ``gpus // shard_size`` groups: FSDP's bytes with ``N = shard_size``.
     """
     _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_gib)
+    _check_shard_size(shard_size, gpus)
     p, g, _, _ = PRECISIONS[precision]
     k = optimizer_k(optimizer, precision)
-    return [
+    rows = [
         Row(
             s,
             *stage_bytes(s, params, gpus, p, g, k, trainable),
@@ -171,6 +202,21 @@ def plan(
         )
         for s in STAGES
     ]
+    if shard_size is not None:  # FSDP within a shard group; the replicas change nothing here
+        fsdp = stage_bytes("fsdp", params, shard_size, p, g, k, trainable)
+        rows.append(Row("hsdp", *fsdp, activations_gib * GIB, gpu_gib * GIB, 0.0, shard_size))
+    return rows
+
+
+def _check_shard_size(shard_size, gpus) -> None:
+    if shard_size is None:
+        return
+    if not (isinstance(shard_size, int) and 1 <= shard_size <= gpus and gpus % shard_size == 0):
+        raise ValueError(
+            f"plan: expected shard_size to be an integer in [1, gpus] that divides gpus "
+            f"({gpus}), got {shard_size!r}. Hint: HSDP shards within groups of shard_size GPUs "
+            "(usually one node's, e.g. 8) and replicates across gpus // shard_size groups"
+        )
 
 
 def _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_gib) -> None:
@@ -212,13 +258,13 @@ def format_plan(
     out = [
         f"{label}: {params / 1e9:.3g} B parameters on {gpus} GPU(s) of "
         f"{rows[0].gpu_bytes / GIB:g} GiB — model states per GPU, GiB ({extra})",
-        f"{'stage':<18}{'weights':>9}{'grads':>9}"
+        f"{'stage':<22}{'weights':>9}{'grads':>9}"
         + (f"{'buckets':>9}" if with_buckets else "")
         + f"{'optimizer':>11}{'activ.':>8}{'total':>9}  fits?",
     ]
     for r in rows:
         out.append(
-            f"{STAGE_NAMES[r.stage]:<18}{r.weights / GIB:>9.1f}{r.grads / GIB:>9.1f}"
+            f"{r.name:<22}{r.weights / GIB:>9.1f}{r.grads / GIB:>9.1f}"
             + (f"{r.buckets / GIB:>9.1f}" if with_buckets else "")
             + f"{r.optimizer / GIB:>11.1f}{r.activations / GIB:>8.1f}{r.total / GIB:>9.1f}  "
             + ("yes" if r.fits else "NO")
@@ -231,112 +277,15 @@ def format_plan(
             "gradient_as_bucket_view=False, DDP and ZeRO-1 hold one more gradient copy "
             "(--ddp-buckets)."
         )
+    if any(r.stage == "hsdp" for r in rows):
+        hsdp = next(r for r in rows if r.stage == "hsdp")
+        out.append(
+            f"HSDP: FSDP within each group of {hsdp.shard_size} GPUs, replicated across "
+            f"{gpus // hsdp.shard_size} groups (the gradient shards all-reduced between them)."
+        )
     if rows[0].activations == 0:
-        out.append("Activations are extra (not included): pass --activations-gib to add them.")
+        out.append(
+            "Activations are extra (not included): pass --seq (an estimate for a --model "
+            "preset) or --activations-gib to add them."
+        )
     return "\n".join(out)
-
-
-def _number(
-    what: str, hint: str, *, positive: bool = False, at_most: float | None = None
-) -> Callable[[str], float]:
-    """An argparse ``type``: a finite float >= 0 (> 0 if ``positive``, <= ``at_most`` if
-    given), else an error saying what was expected, what was given, and how to fix it.
-
-    argparse prefixes the flag ("argument --params: ...") and exits with status 2.
-    """
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan  # refused below, with the same message
-        ok = (
-            math.isfinite(value)  # float() happily reads "inf", "nan" and "1e999" (-> inf)
-            and (value > 0 if positive else value >= 0)
-            and (at_most is None or value <= at_most)
-        )
-        if not ok:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}. Hint: {hint}")
-        return value
-
-    return parse
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="minidp memory",
-        description="Model-state memory per GPU for DDP, ZeRO-1, ZeRO-2 and FSDP (ZeRO paper).",
-    )
-    what = parser.add_mutually_exclusive_group(required=True)
-    # Every number is checked as it is parsed: float() happily reads "inf" and "nan", which
-    # would otherwise come out as a table of inf/nan with a fits/NO verdict on it.
-    what.add_argument(
-        "--params",
-        type=_number(
-            "a finite parameter count > 0 (e.g. 14.7e9)",
-            "pass the model's total parameter count, or --model NAME for a preset.",
-            positive=True,
-        ),
-        help="number of parameters, e.g. 14.7e9",
-    )
-    what.add_argument("--model", choices=sorted(MODELS), help="a preset (published counts)")
-    parser.add_argument("--gpus", type=int, default=1, help="data-parallel GPUs (default 1)")
-    parser.add_argument(
-        "--gpu-gib",
-        type=_number(
-            "a finite memory per GPU in GiB > 0 (e.g. 80)",
-            "pass one GPU's memory, e.g. --gpu-gib 80 for an 80 GiB H100.",
-            positive=True,
-        ),
-        default=80.0,
-        help="memory per GPU (default 80)",
-    )
-    parser.add_argument("--optimizer", choices=sorted(MOMENTS), default="adamw")
-    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16-mixed")
-    parser.add_argument(
-        "--trainable",
-        type=_number(
-            "a finite fraction in [0, 1]",
-            "1 trains every parameter, 0 freezes them all, 0.1 trains a tenth.",
-            at_most=1.0,
-        ),
-        default=1.0,
-        help="fraction of parameters trained (0: frozen)",
-    )
-    parser.add_argument(
-        "--activations-gib",
-        type=_number(
-            "a finite activation memory per GPU in GiB >= 0 (e.g. 3.5)",
-            "pass a measured peak (torch.cuda.max_memory_allocated() minus the model states), "
-            "or leave the flag out to plan the model states alone.",
-        ),
-        default=0.0,
-        help="per GPU, if known",
-    )
-    parser.add_argument(
-        "--ddp-buckets",
-        action="store_true",
-        help="count DDP's flat gradient buckets (torch's default gradient_as_bucket_view=False)",
-    )
-    args = parser.parse_args(argv)
-    params = MODELS[args.model] if args.model else args.params
-    try:
-        rows = plan(
-            params,
-            args.gpus,
-            args.gpu_gib,
-            args.optimizer,
-            args.precision,
-            args.trainable,
-            args.activations_gib,
-            args.ddp_buckets,
-        )
-    except ValueError as e:
-        parser.error(str(e))
-    p, g, _, _ = PRECISIONS[args.precision]
-    k = optimizer_k(args.optimizer, args.precision)
-    extra = f"{args.precision}, {args.optimizer}: {p}+{g}+{k} bytes/param"
-    if args.trainable < 1:
-        extra += f", {args.trainable:g} trainable"
-    print(format_plan(rows, params, args.gpus, args.model or "model", extra, args.precision))
-    return 0
