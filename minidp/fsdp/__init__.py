@@ -18,12 +18,8 @@ rank's shards and loads back into the same sharding.
 Test: ``pytest tests/test_fsdp.py`` (against FSDP2 on a gloo CPU mesh, torch >= 2.8).
 """
 
-from minidp.fsdp.checkpoint import (
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    load_sharded,
-    save_sharded,
-)
+from minidp.fsdp.checkpoint import get_model_state_dict, get_optimizer_state_dict, save_sharded
+from minidp.fsdp.checkpoint_load import load_sharded
 from minidp.fsdp.policy import MixedPrecisionPolicy
 from minidp.fsdp.state import full_state_dict, load_full_state_dict, sharded_bytes, traffic
 from minidp.fsdp.wrap import fully_shard, unit_of
