@@ -318,6 +318,18 @@ def test_bench_zero_quick_runs(capsys):
     assert "minidp zero1" in out and "ZeRO-2 (reduce-scatter + all-gather)" in out
 
 
+@pytest.mark.slow
+def test_bench_zero_hsdp_counts_its_theory(capsys):
+    """At 4 ranks the HSDP rows run, and minidp's counted bytes are the formula's (+ headers)."""
+    from minidp.bench import zero
+
+    assert zero.main(["--quick", "--world-size", "4"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.strip().startswith("HSDP (W/2 x 2)"))
+    theory, counted = (float(v) for v in re.findall(r": ([\d.]+)", line)[:2])
+    assert "minidp hsdp" in out and theory <= counted <= theory * 1.05, line
+
+
 def test_fsdp_measured_near_formula():
     """minidp.fully_shard (each layer, then the root): weights and gradients are the padded
     dim-0 shards, so (4+4)Ψ/N plus at most one padding row per parameter; AdamW's state

@@ -13,7 +13,10 @@ Rows (each rank: forward + cross-entropy + backward + AdamW step on the MLP of
 * **minidp ZeRO-2**: ``minidp.zero.Zero2Optimizer`` (reduce-scatter in backward);
 * **torch FSDP2, no reshard**: ``fully_shard(reshard_after_forward=False)`` on a CPU mesh,
   torch's ZeRO-2-like mode (torch >= 2.8, where gloo has reduce-scatter);
-* **torch DDP + AdamW**: the unsharded baseline.
+* **torch DDP + AdamW**: the unsharded baseline;
+* with ``--world-size`` 4 or more (even): **minidp HSDP** and **torch FSDP2 HSDP**,
+  ``fully_shard(mesh=<(W/2, 2) mesh>)`` on each Linear and the root: shard within pairs of
+  ranks, replicate across the pairs.
 
 Rows take turns step by step; each round's median per row gives one ratio against its
 torch counterpart, and the spread is the range of those ratios over the rounds. Bytes
@@ -56,6 +59,21 @@ def _fsdp2(model: nn.Module, world: int):
     return fully_shard(model, mesh=mesh, reshard_after_forward=False)
 
 
+def _hsdp(model: nn.Module, world: int, torch_side: bool) -> nn.Module:
+    """HSDP on a (W/2, 2) mesh: torch's FSDP2 or minidp's, each Linear then the root."""
+    names = ("replicate", "shard")
+    if torch_side:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+    else:
+        init_device_mesh, fully_shard = minidp.init_device_mesh, minidp.fully_shard
+    mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=names)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
 def _rows(width: int, world: int, fsdp2: bool) -> list[tuple[str, nn.Module, object]]:
     from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZero
 
@@ -72,6 +90,10 @@ def _rows(width: int, world: int, fsdp2: bool) -> list[tuple[str, nn.Module, obj
         rows.append(("torch fsdp2", net, torch.optim.AdamW(net.parameters(), lr=LR)))
     net = nn.parallel.DistributedDataParallel(make_model(width))
     rows.append(("torch ddp", net, torch.optim.AdamW(net.parameters(), lr=LR)))
+    if fsdp2 and world >= 4 and world % 2 == 0:
+        for name, torch_side in (("torch hsdp", True), ("minidp hsdp", False)):
+            net = _hsdp(make_model(width), world, torch_side)
+            rows.append((name, net, torch.optim.AdamW(net.parameters(), lr=LR)))
     return rows
 
 
@@ -107,6 +129,10 @@ def _rank_main(rank, world, args) -> dict:
         s: step_traffic(s, make_model(args.width), x, y, loss, torch.optim.AdamW, lr=LR)
         for s in ("zero1", "zero2")
     }
+    for name, net, _ in rows:  # HSDP: minidp's own count, all steps so far, per step
+        if name == "minidp hsdp":
+            steps = args.warmup + args.rounds * args.steps
+            sent["hsdp"] = minidp.fsdp.traffic(net).sent_bytes / steps
     return {"times": times, "sent": sent}
 
 
@@ -121,6 +147,7 @@ def _round_ms(results: list[dict], name: str) -> list[float]:
 def report(results: list[dict], world: int, numel: int) -> None:
     ms = {name: _round_ms(results, name) for name in results[0]["times"]}
     pairs = {"minidp zero1": "torch zero1", "minidp zero2": "torch fsdp2"}
+    pairs["minidp hsdp"] = "torch hsdp"
     print(f"\n{'row':<16} {'step ms':>8}  {'ratio vs torch (min..max over rounds)':<40}")
     print("-" * 66)
     for name, rounds in ms.items():
@@ -145,6 +172,17 @@ def report(results: list[dict], world: int, numel: int) -> None:
         f"  ZeRO-2 (reduce-scatter + all-gather), theory: {ring:.2f}"
         f"   minidp counted: {sent['zero2']:.2f}"
     )
+    if "hsdp" in results[0]["sent"]:
+        hsdp = statistics.mean(r["sent"]["hsdp"] for r in results) / 1e6
+        # within a pair (S = 2): all-gather in forward and again in backward, reduce-scatter,
+        # each (S-1)/S of the parameters; across pairs (R = W/2): the all-reduce of this
+        # rank's 1/S gradient shard, 2(R-1)/R of it
+        s_, r_ = 2, world // 2
+        theory = 3 * (s_ - 1) / s_ * mb + 2 * (r_ - 1) / r_ * mb / s_
+        print(
+            f"  HSDP (W/2 x 2), theory 3(S-1)/S·Ψ + 2(R-1)/R·Ψ/S: {theory:.2f}"
+            f"   minidp counted: {hsdp:.2f}   (only the all-reduce crosses pairs)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
