@@ -276,3 +276,6 @@ if __name__ == "__main__":
 # %%
 if __name__ == "__main__":
     print("Exercise: python -m minidp exercise check bucketed_ddp")
+    print(
+        "Exercise: DDP's bucket assignment yourself — python -m minidp exercise check bucket_assignment"
+    )

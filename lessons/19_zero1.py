@@ -205,3 +205,6 @@ if __name__ == "__main__":
     )
     print("Exercise: write ZeRO-1's step yourself — python -m minidp exercise check zero1_step")
     kit.done()
+    print(
+        "Exercise: ZeroRedundancyOptimizer's partition yourself — python -m minidp exercise check zero1_partition"
+    )

@@ -232,3 +232,6 @@ if __name__ == "__main__":
     if "fsdp2" not in r0["fp32"]:
         print(f"  (FSDP2 skipped: {kit.why_no_fsdp2()})")
     kit.done()
+    print(
+        "Exercise: DDP's fp16 compression hook yourself — python -m minidp exercise check fp16_compress_hook"
+    )

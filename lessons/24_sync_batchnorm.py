@@ -201,3 +201,6 @@ if __name__ == "__main__":
     )
     kit.check_true("torch's SyncBatchNorm refuses CPU tensors", bool(refused), refused)
     kit.done()
+    print(
+        "Exercise: SyncBatchNorm's global statistics yourself — python -m minidp exercise check sync_batchnorm_stats"
+    )

@@ -241,6 +241,9 @@ if __name__ == "__main__":
         kit.check("ZeRO-2's clipped step is FSDP2's, every weight",
                   [r["weights"] for r in z2], [r["fsdp2"] for r in z2])  # fmt: skip
     kit.done()
+    print(
+        "Exercise: clip by the global norm of sharded gradients yourself — python -m minidp exercise check clip_grad_norm_shards"
+    )
 
 # %% [markdown]
 # Both sums are the same mathematics, not the same bits: reducing every micro-batch adds

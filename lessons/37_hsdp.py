@@ -307,3 +307,6 @@ if __name__ == "__main__":
     print(f"\n$ python -m minidp memory {argv}")
     plan_cli.main(argv.split())
     kit.done()
+    print(
+        "Exercise: HSDP's two-step gradient reduction yourself — python -m minidp exercise check hsdp_reduce"
+    )

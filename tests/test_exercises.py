@@ -11,6 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from test_exercise_set_a import WRONG as SET_A_WRONG
+from test_exercise_set_a import WRONG_RAISES as SET_A_RAISES
+from test_exercise_set_b import WRONG as SET_B_WRONG
+from test_exercise_set_b import WRONG_RAISES as SET_B_RAISES
 from test_exercises_dp_ddp import WRONG as DP_DDP_WRONG
 from test_fsdp_exercise import WRONG as FSDP_WRONG
 
@@ -96,8 +100,9 @@ def test_untouched_stub_is_not_implemented_yet(exercise):
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=_ids)
 def test_every_exercise_has_wrong_solutions_and_a_lesson(exercise):
-    # the DP/DDP and FSDP exercises' wrong solutions, tested in their own files
+    # the DP/DDP, FSDP and newer exercises' wrong solutions, tested in their own files
     others = DP_DDP_WRONG + [("fsdp_unit", what, mistake) for what, mistake in FSDP_WRONG]
+    others += SET_A_WRONG + SET_A_RAISES + SET_B_WRONG + SET_B_RAISES
     wrong = [row[0] for row in WRONG + WRONG_RAISES + DEADLOCKS + others]
     assert wrong.count(exercise.name) >= 2, f"{exercise.name}: add 2 wrong solutions to WRONG"
     lesson = Path(exercise.stub).parents[1] / f"{exercise.lesson}.py"

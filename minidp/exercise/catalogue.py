@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 
 from minidp.exercise import (
+    bucket_assignment,
+    clip_grad_norm_shards,
     comm_metrics,
     comm_p2p,
     comm_ring,
@@ -19,7 +21,11 @@ from minidp.exercise import (
     ddp_no_sync,
     dp_split,
     dp_step,
+    fp16_compress_hook,
     fsdp_unit,
+    hsdp_reduce,
+    sync_batchnorm_stats,
+    zero1_partition,
     zero_hook,
     zero_step,
 )
@@ -44,6 +50,12 @@ EXERCISES: tuple[Exercise, ...] = (
     fsdp_unit.FSDP_UNIT,
     zero_step.ZERO1_STEP,
     zero_hook.REDUCE_SCATTER_GRAD,
+    bucket_assignment.BUCKET_ASSIGNMENT,
+    zero1_partition.ZERO1_PARTITION,
+    sync_batchnorm_stats.SYNC_BATCHNORM_STATS,
+    clip_grad_norm_shards.CLIP_GRAD_NORM_SHARDS,
+    hsdp_reduce.HSDP_REDUCE,
+    fp16_compress_hook.FP16_COMPRESS_HOOK,
 )
 
 

@@ -1,0 +1,29 @@
+"""Reference solution: DDP's bucket assignment, torch's rule in plain Python.
+
+Check: ``python -m minidp exercise check bucket_assignment --path lessons/solutions/bucket_assignment.py``
+"""
+
+import torch
+
+
+def bucket_assignment(
+    numels: list[int], dtypes: list[torch.dtype], bucket_size_limits: list[int]
+) -> list[list[int]]:
+    open_buckets: dict[torch.dtype, tuple[list[int], int]] = {}  # dtype -> (indices, bytes)
+    limit_at: dict[torch.dtype, int] = {}  # dtype -> its position in bucket_size_limits
+    buckets: list[list[int]] = []
+    walk = list(reversed(range(len(numels))))  # last parameter first
+    for i in walk:
+        dtype = dtypes[i]
+        indices, size = open_buckets.get(dtype, ([], 0))
+        indices.append(i)
+        size += numels[i] * dtype.itemsize
+        at = limit_at.setdefault(dtype, 0)
+        if size >= bucket_size_limits[at]:  # the parameter that crosses the limit stays in
+            buckets.append(indices)
+            indices, size = [], 0
+            limit_at[dtype] = min(at + 1, len(bucket_size_limits) - 1)  # the last repeats
+        open_buckets[dtype] = (indices, size)
+    buckets += [indices for indices, _ in open_buckets.values() if indices]
+    position = {i: n for n, i in enumerate(walk)}
+    return sorted(buckets, key=lambda bucket: position[bucket[0]])

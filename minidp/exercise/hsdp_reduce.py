@@ -1,0 +1,300 @@
+"""Exercise (lesson 37): HSDP's gradient reduction on a 2-D mesh (replicate × shard).
+
+The world's ``W = R * S`` ranks form a grid, row-major like ``init_device_mesh((R, S))``:
+each row is a *shard* group (S ranks that split the parameters), each column a
+*replicate* group (R ranks holding the same shard). ``hsdp_reduce(grad, shard_group,
+replicate_group)`` gets this rank's full local gradient and returns its shard — its
+``torch.chunk(S)`` rows of dim 0, at index ``shard_group.rank()`` — of the gradient
+averaged over **all** W ranks, in HSDP's two steps: reduce-scatter within the shard group
+(each rank then holds 1/S of the gradient), then all-reduce that piece across the
+replicate group, and divide by W.
+
+The torch component: gloo's ``all_reduce`` (SUM) of the full gradient on the whole world,
+divided by W, ``torch.chunk(S)[shard rank]`` (empty when the chunks run out). Inputs are
+small integers (``spec.small_ints``), so every sum is exact in any order: where W is a
+power of two every division is exact too and answers must be ``torch.equal`` (2×2: each
+sum has one addition per step); otherwise the learner may divide in steps (``op="avg"``
+twice) or before summing, which rounds differently, so ``assert_close`` with a tolerance
+of a few ulps of the dtype (every classic mistake is off by a factor of 2 or more).
+
+The groups: thread ranks share one gloo group, so rows and columns are
+:class:`MeshGroup` views of it (``rank``, ``size``, ``send``, ``recv`` in their own ranks:
+what minidp's collectives use), sending through the learner's group of the call
+(``learner_group.py``: both ends compared, bytes counted). Two ranks share at most one row
+or column, so the groups' messages never meet. Right values moved wastefully (the whole
+gradient all-reduced in a group) fail on the byte budget.
+
+Run: ``python -m minidp exercise check hsdp_reduce``;
+test: ``pytest tests/test_exercise_set_a.py -k hsdp``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from minidp.exercise import reference
+from minidp.exercise.learner_group import LearnerGroup, RefusedCall
+from minidp.exercise.spec import Budget, Case, Exercise, Mistake, Result, everywhere, small_ints
+from minidp.identity import current_group
+
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+# rtol and atol per dtype where W is not a power of two: a few ulps
+TOLS = {"float64": (1e-12, 1e-12), "float32": (1e-5, 1e-6), "float16": (4e-3, 4e-3),
+        "bfloat16": (3e-2, 3e-2)}  # fmt: skip
+
+CASES = (
+    {"world": 1, "replicate": 1, "shape": (3, 2), "dtype": "float32", "seed": 0},
+    {"world": 2, "replicate": 1, "shape": (4, 2), "dtype": "float32", "seed": 1},
+    {"world": 2, "replicate": 2, "shape": (3,), "dtype": "float64", "seed": 2},
+    {"world": 4, "replicate": 2, "shape": (4, 3), "dtype": "float32", "seed": 3},
+    {"world": 4, "replicate": 2, "shape": (5, 2), "dtype": "bfloat16", "seed": 4},
+    {"world": 3, "replicate": 1, "shape": (2, 2), "dtype": "float64", "seed": 5},
+    {"world": 6, "replicate": 2, "shape": (7, 2), "dtype": "float32", "seed": 6},
+    {"world": 6, "replicate": 3, "shape": (4,), "dtype": "float16", "seed": 7},
+)
+
+
+def _power_of_two(n: int) -> bool:
+    return n & (n - 1) == 0
+
+
+def mesh(case: Case) -> tuple[int, int]:
+    """(R, S): replicate × shard."""
+    return case["replicate"], case["world"] // case["replicate"]
+
+
+def row_and_column(rank: int, r: int, s: int) -> tuple[list[int], list[int]]:
+    """Global ranks of this rank's shard group (its row) and replicate group (its column)."""
+    row, col = divmod(rank, s)
+    return [row * s + j for j in range(s)], [i * s + col for i in range(r)]
+
+
+class MeshGroup:
+    """A row or column of the mesh as a group: ``rank()``/``size()`` and ``send``/``recv``
+    in its own ranks, sent through the learner's group of the current call."""
+
+    def __init__(self, ranks: list[int], me: int, name: str) -> None:
+        object.__setattr__(self, "_ranks", list(ranks))
+        object.__setattr__(self, "_me", me)
+        object.__setattr__(self, "_name", name)
+
+    def rank(self) -> int:
+        return self._ranks.index(self._me)
+
+    def size(self) -> int:
+        return len(self._ranks)
+
+    def _learner(self) -> LearnerGroup:
+        group = current_group()  # guarded(): the learner's group while its function runs
+        if not isinstance(group, LearnerGroup):
+            raise RefusedCall(
+                f"the {self._name} group sends only from the thread your function runs in"
+            )
+        return group
+
+    def send(self, tensors: list, dst: int, tag: int = 0):
+        return self._learner().send(tensors, self._ranks[dst], tag)
+
+    def recv(self, tensors: list, src: int, tag: int = 0):
+        return self._learner().recv(tensors, self._ranks[src], tag)
+
+    def __getattr__(self, name: str):
+        raise RefusedCall(
+            f"the {self._name} group allows only rank, size, send, recv — got a call to "
+            f"group.{name}. Hint: use minidp.comm's reduce_scatter and all_reduce with "
+            f"group={self._name}_group (built from send/recv)"
+        )
+
+    def __setattr__(self, name: str, value) -> None:
+        raise RefusedCall(f"the {self._name} group is read-only (set {name})")
+
+    def __repr__(self) -> str:
+        return f"MeshGroup({self._name}, ranks={self._ranks})"
+
+
+def _chunk(t: torch.Tensor, s: int, i: int) -> torch.Tensor:
+    """Chunk ``i`` of ``torch.chunk(t, s)`` (dim 0), empty when the chunks run out."""
+    chunks = t.chunk(s)
+    return chunks[i].clone() if i < len(chunks) else t.new_empty((0, *t.shape[1:]))
+
+
+def _run(fn, case, rank, world, group) -> Result:
+    r, s = mesh(case)
+    grads = [small_ints(case, g) for g in range(world)]  # every rank's, to judge mistakes
+    x = grads[rank]
+    total = reference.all_reduce(x.clone(), group)  # gloo SUM over the whole world
+    expected = _chunk(total / world, s, rank % s)
+    shard_ranks, replicate_ranks = row_and_column(rank, r, s)
+    shard_group = MeshGroup(shard_ranks, rank, "shard")
+    replicate_group = MeshGroup(replicate_ranks, rank, "replicate")
+    mine = x.clone()
+    got = fn(mine, shard_group, replicate_group)
+    return Result(got, expected, extra={"grads": grads, "input": x})
+
+
+def _hsdp_cases():
+    from hypothesis import strategies as st
+
+    def build(r, s, rows, cols, dtype, seed):
+        shape = (rows,) if cols == 0 else (rows, cols)
+        return {"world": r * s, "replicate": r, "shape": shape, "dtype": dtype, "seed": seed}
+
+    return st.builds(build, st.integers(1, 3), st.integers(1, 3), st.integers(1, 7),
+                     st.integers(0, 3), st.sampled_from(DTYPES), st.integers(0, 99))  # fmt: skip
+
+
+def _shrink(case: Case) -> Iterable[Case]:
+    r, s = mesh(case)
+    for r2, s2 in ((r - 1, s), (r, s - 1)):
+        if r2 >= 1 and s2 >= 1:
+            yield {**case, "world": r2 * s2, "replicate": r2}
+    shape = tuple(case["shape"])
+    for i, n in enumerate(shape):
+        for smaller in sorted({1, n // 2, n - 1}):
+            if 1 <= smaller < n:
+                yield {**case, "shape": shape[:i] + (smaller,) + shape[i + 1 :]}
+    if len(shape) > 1:
+        yield {**case, "shape": shape[:1]}
+    if case["dtype"] != "float64":
+        yield {**case, "dtype": "float64"}
+    if case["seed"]:
+        yield {**case, "seed": 0}
+
+
+# ----------------------------------------------------------------------------- detectors
+
+
+def _like(got, value: torch.Tensor, dtype: str) -> bool:
+    if not isinstance(got, torch.Tensor) or got.shape != value.shape:
+        return False
+    rtol, atol = TOLS[dtype]
+    return bool(torch.allclose(got.double(), value.double(), rtol=rtol, atol=atol))
+
+
+FACTORS = {"W": lambda r, s: r * s, "R": lambda r, s: r, "S": lambda r, s: s,
+           "1/W": lambda r, s: 1 / (r * s)}  # fmt: skip
+
+
+def _scaled(which: str):
+    """Every rank's answer is the expected shard times ``FACTORS[which](R, S)`` — only
+    where that factor is none of the others' (at 2×1, W = R: which slip is it?), so
+    shrinking stops at a case whose hint is certain."""
+
+    def matches(case, results) -> bool:
+        r, s = mesh(case)
+        f = FACTORS[which](r, s)
+        others = {k: g(r, s) for k, g in FACTORS.items() if k != which}
+        return (
+            f != 1
+            and f not in others.values()
+            and everywhere(
+                results, lambda rank, res: _like(res.got, res.expected.double() * f, case["dtype"])
+            )
+        )
+
+    return matches
+
+
+def _row_only(case, results) -> bool:
+    """Reduce-scattered in the shard group and stopped: the row's sum / S or / W."""
+    r, s = mesh(case)
+    grads = results[0].extra["grads"]
+
+    def test(rank, res) -> bool:
+        row = sum(grads[g].double() for g in row_and_column(rank, r, s)[0])
+        piece = _chunk(row, s, rank % s)
+        return any(_like(res.got, piece / d, case["dtype"]) for d in {s, r * s})
+
+    return r > 1 and everywhere(results, test)
+
+
+def _full(case, results) -> bool:
+    r, s = mesh(case)
+    shape = tuple(case["shape"])
+    return s > 1 and everywhere(
+        results, lambda rank, res: isinstance(res.got, torch.Tensor) and res.got.shape == shape
+    )
+
+
+def _limit(case: Case, world: int) -> int:
+    """HSDP's bytes: the reduce-scatter's S-1 padded pieces (ceil(rows / S) rows each), then
+    one piece all-reduced across R ranks (minidp: one exchange, R-1 pieces; or the ring's
+    2(R-1) chunks of ceil(piece / R))."""
+    r, s = mesh(case)
+    shape = tuple(case["shape"])
+    n = -(-shape[0] // s) * int(torch.Size(shape[1:]).numel())  # elements in a piece
+    size = torch.empty(0, dtype=getattr(torch, case["dtype"])).element_size()
+    return ((s - 1) * n + max((r - 1) * n, 2 * (r - 1) * -(-n // r))) * size
+
+
+HSDP_REDUCE = Exercise(
+    name="hsdp_reduce",
+    lesson="37_hsdp",
+    summary="HSDP's gradient: reduce-scatter in the shard group, all-reduce across replicas",
+    reference="gloo all_reduce (SUM) on the whole world / W, torch.chunk(S)[shard rank]; "
+    "torch.equal when W is a power of two, else a few ulps",
+    run_rank=_run,
+    cases=CASES,
+    strategy=_hsdp_cases,
+    shrink=_shrink,
+    tolerance=lambda case: None if _power_of_two(case["world"]) else TOLS[case["dtype"]],
+    budget=Budget(
+        limit=_limit,
+        formula="HSDP's most per rank, (S-1) padded pieces + an all-reduce of one piece "
+        "across R replicas",
+        mistake=Mistake(
+            "all-reduced the full gradient",
+            "the values are right, but this rank sent far more than HSDP does: reduce-scatter "
+            "in the shard group FIRST (each rank keeps 1/S of the gradient), then all-reduce "
+            "only that piece across the replicate group — not the whole gradient in either.",
+        ),
+    ),
+    mistakes=(
+        Mistake(
+            "forgot the replicas",
+            "your shard is averaged over your shard group only: the ranks of your replicate "
+            "group hold the same shard of *other* batches' gradients. After the "
+            "reduce-scatter, all-reduce the piece across replicate_group.",
+            _row_only,
+        ),
+        Mistake(
+            "returned the full gradient",
+            "each rank returns only its shard: torch.chunk(grad, S) rows at index "
+            "shard_group.rank() (reduce-scatter, then cut the padding off).",
+            _full,
+        ),
+        Mistake(
+            "forgot to average",
+            "every value is W times torch's: reduce-scatter and all-reduce SUM — divide by "
+            'the world size W = R * S once (or op="avg" in both steps).',
+            _scaled("W"),
+        ),
+        Mistake(
+            "divided by the shard size only",
+            "every value is R times torch's: the average is over all W = R * S ranks — "
+            "divide by the replicate group's size too.",
+            _scaled("R"),
+        ),
+        Mistake(
+            "divided by the replicate size only",
+            "every value is S times torch's: the average is over all W = R * S ranks — "
+            "divide by the shard group's size too.",
+            _scaled("S"),
+        ),
+        Mistake(
+            "averaged twice",
+            "every value is torch's divided by W once more: divide by W = R * S once — "
+            'op="avg" in each step already divides by that group\'s size.',
+            _scaled("1/W"),
+        ),
+        Mistake(
+            "called a collective on a mesh group",
+            "the mesh groups give rank, size, send and recv: call minidp.comm's "
+            "reduce_scatter(out, pieces, group=shard_group) and all_reduce(piece, "
+            "group=replicate_group) — they are built from those.",
+            raised=r"RefusedCall: the (shard|replicate) group allows only",
+        ),
+    ),
+)

@@ -1,0 +1,16 @@
+"""Wrong on purpose: right mean, but the variance is the average of the per-rank variances."""
+
+import torch
+
+from minidp.comm import all_reduce
+
+
+def sync_batchnorm_stats(x: torch.Tensor, group) -> tuple[torch.Tensor, torch.Tensor]:
+    c = x.shape[1]
+    n = torch.tensor([float(x.shape[0])], dtype=torch.float64)
+    totals = torch.cat([x.sum(0), n])
+    all_reduce(totals, group=group)
+    mean = totals[:c] / totals[-1]
+    var = x.var(0, correction=0)  # this rank's own spread only
+    all_reduce(var, group=group)
+    return mean, var / group.size()

@@ -1,0 +1,14 @@
+"""Wrong on purpose: averages the per-rank means (and mean squares): uneven shards differ."""
+
+import torch
+
+from minidp.comm import all_reduce
+
+
+def sync_batchnorm_stats(x: torch.Tensor, group) -> tuple[torch.Tensor, torch.Tensor]:
+    c = x.shape[1]
+    local = torch.cat([x.mean(0), (x * x).mean(0)])  # per-rank means: weights differ
+    all_reduce(local, group=group)
+    local /= group.size()
+    mean = local[:c]
+    return mean, local[c:] - mean * mean

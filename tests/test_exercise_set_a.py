@@ -1,0 +1,118 @@
+"""Three exercises — ``sync_batchnorm_stats``, ``clip_grad_norm_shards``, ``hsdp_reduce``:
+the reference solution passes, the untouched stub says "not implemented yet", and each
+classic wrong solution (``tests/exercise_wrong/NAME__WHAT.py``) fails with its own hint.
+
+Run: ``pytest tests/test_exercise_set_a.py``
+
+``WRONG`` and ``WRONG_RAISES`` have the rows of ``tests/test_exercises.py``'s tables, so that
+file can count them for its "every exercise has wrong solutions" test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from minidp.exercise import check, find
+from minidp.exercise import report as printer
+from minidp.exercise.clip_grad_norm_shards import full_grads, shard
+from minidp.exercise.hsdp_reduce import HSDP_REDUCE, mesh, row_and_column
+
+NAMES = ("sync_batchnorm_stats", "clip_grad_norm_shards", "hsdp_reduce")
+WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
+
+# (exercise, file tests/exercise_wrong/NAME__WHAT.py, the mistake its hint must name)
+WRONG = [
+    ("sync_batchnorm_stats", "mean_of_means", "mean of means"),
+    ("sync_batchnorm_stats", "averaged_variances", "averaged the variances"),
+    ("sync_batchnorm_stats", "unbiased", "unbiased variance"),
+    ("sync_batchnorm_stats", "local_count", "count not all-reduced"),
+    ("sync_batchnorm_stats", "local_only", "local statistics only"),
+    ("clip_grad_norm_shards", "local_norm", "local norm only"),
+    ("clip_grad_norm_shards", "summed_norms", "summed the norms"),
+    ("clip_grad_norm_shards", "no_clamp", "no clamp to 1"),
+    ("clip_grad_norm_shards", "inf_sum", "inf-norm summed"),
+    ("clip_grad_norm_shards", "no_eps", "forgot the 1e-6"),
+    ("hsdp_reduce", "row_only", "forgot the replicas"),
+    ("hsdp_reduce", "shard_size_only", "divided by the shard size only"),
+    ("hsdp_reduce", "all_reduce_rows", "all-reduced the full gradient"),
+    ("hsdp_reduce", "averaged_twice", "averaged twice"),
+    ("hsdp_reduce", "no_divide", "forgot to average"),
+]
+# wrong solutions that raise on a rank: the hint comes from the error
+WRONG_RAISES = [
+    ("hsdp_reduce", "group_allreduce", "called a collective on a mesh group"),
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_solution_passes(name):
+    exercise = find(name)
+    rep = check(exercise, exercise.solution, generated=2)
+    assert rep.passed, printer.summary(rep)
+    worlds = {o.case["world"] for o in rep.outcomes}
+    assert {1, 2} <= worlds and worlds & {3, 5}, worlds
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_untouched_stub_is_not_implemented_yet(name):
+    rep = check(find(name))
+    assert rep.failure.status == "todo" and len(rep.outcomes) == 1
+    assert "not implemented yet" in printer.summary(rep)
+
+
+@pytest.mark.parametrize("name,what,mistake", WRONG, ids=[f"{n}-{w}" for n, w, _ in WRONG])
+def test_classic_wrong_solution_fails_with_its_hint(name, what, mistake):
+    rep = check(find(name), WRONG_DIR / f"{name}__{what}.py", generated=0)
+    text = printer.summary(rep)
+    assert not rep.passed and rep.failure.status == "wrong", text
+    assert rep.failure.mistake is not None and rep.failure.mistake.name == mistake, text
+    assert f"hint ({mistake}): " in text and "expected" in text and "got" in text
+    # shrunk from the first case this mistake was recognised in, never grown (hsdp_reduce
+    # recognises a scale slip only where its factor is unambiguous: not always the first)
+    first = next(o for o in rep.outcomes if o.mistake == rep.failure.mistake)
+    assert rep.failure.case["world"] <= first.case["world"]
+
+
+@pytest.mark.parametrize(
+    "name,what,mistake", WRONG_RAISES, ids=[f"{n}-{w}" for n, w, _ in WRONG_RAISES]
+)
+def test_wrong_solution_that_raises_fails_with_its_hint(name, what, mistake):
+    rep = check(find(name), WRONG_DIR / f"{name}__{what}.py", generated=0, deadline=3)
+    text = printer.summary(rep)
+    assert rep.failure.status == "error" and rep.failure.mistake.name == mistake, text
+    assert f"hint ({mistake}): " in text and "raised" in text
+
+
+def test_patching_torchs_clip_code_cannot_pass(tmp_path):
+    """torch.nn.utils.clip_grad is outside the checker's seal: the exercise keeps its own."""
+    src = (find("clip_grad_norm_shards").solution).read_text()
+    patch = "import torch.nn.utils.clip_grad as c\nc._get_total_norm = lambda *a, **k: 0\n"
+    (tmp_path / "clip_grad_norm_shards.py").write_text(src + patch)
+    import torch.nn.utils.clip_grad as c
+
+    original = c._get_total_norm
+    try:
+        rep = check(find("clip_grad_norm_shards"), tmp_path / "clip_grad_norm_shards.py",
+                    generated=0)  # fmt: skip
+    finally:
+        c._get_total_norm = original
+    assert not rep.passed and rep.failure.mistake.name == "changed the checker"
+    assert c._get_total_norm is original  # put back by the check itself too
+
+
+def test_clip_shards_follow_torch_chunk_including_empty_ones():
+    case = {"world": 4, "shapes": ((3,), (5, 2)), "max_norm": 1.0, "norm_type": 2.0, "seed": 0}
+    for t in full_grads(case):
+        parts = [shard(t, 4, r) for r in range(4)]
+        assert torch.equal(torch.cat(parts), t)
+    assert shard(full_grads(case)[0], 4, 3).shape == (0,)  # 3 rows on 4 ranks: one empty
+
+
+def test_hsdp_mesh_is_row_major_like_init_device_mesh():
+    case = {"world": 6, "replicate": 2}
+    assert mesh(case) == (2, 3)
+    assert row_and_column(4, 2, 3) == ([3, 4, 5], [1, 4])  # rank 4: row [3, 4, 5], column [1, 4]
+    assert HSDP_REDUCE.budget is not None  # bytes are counted: a full all-reduce fails
