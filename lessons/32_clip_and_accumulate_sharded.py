@@ -108,7 +108,9 @@ def clip_lesson(rank: int, world: int) -> dict:
 
 if __name__ == "__main__":
     kit.title("Lesson 32: clipping and accumulation with sharded gradients")
-    res = kit.spawn(clip_lesson, WORLD)
+    # one world of rank processes for the three sections (starting one costs seconds)
+    ranks = kit.world(clip_lesson, WORLD)
+    res = ranks.run(clip_lesson)
     for rank, r in enumerate(res):
         print(f"  rank {rank}: norm of its own shard {r['local'].item():.6f}, global norm "
               f"{r['global'].item():.6f}, torch DDP's {r['ddp'].item():.6f}")  # fmt: skip
@@ -177,7 +179,7 @@ def accumulate_lesson(rank: int, world: int) -> dict:
 
 
 if __name__ == "__main__":
-    acc = kit.spawn(accumulate_lesson, WORLD)
+    acc = ranks.run(accumulate_lesson)
     every, last = acc[0]["sync every backward"], acc[0]["sync the last only"]
     print(f"  bytes sent per step: sync every backward {every['bytes']:,}, "
           f"the last only {last['bytes']:,}")  # fmt: skip
@@ -230,7 +232,8 @@ def zero2_lesson(rank: int, world: int) -> dict:
 
 
 if __name__ == "__main__":
-    z2 = kit.spawn(zero2_lesson, WORLD)
+    z2 = ranks.run(zero2_lesson)
+    ranks.close()
     print(f"  rank 0's head.weight.grad after backward: {z2[0]['grad']}")
     print(f"  clip_grad_norm_ on every rank: {[round(r['norm'].item(), 6) for r in z2]}")
     kit.check("ZeRO-2: clip_grad_norm_ returns the same global norm on every rank",

@@ -1,6 +1,7 @@
 """``python -m minidp diagrams --out DIR`` draws every picture from real runs.
 
-Run: ``pytest tests/test_diagrams.py`` (about 30 s: ``--quick`` runs fewer steps).
+Run: ``pytest tests/test_diagrams.py`` (two pictures through the command, a few seconds);
+``pytest -m slow tests/test_diagrams.py`` draws all seven (about 25 s with ``--quick``).
 """
 
 from __future__ import annotations
@@ -25,21 +26,37 @@ EXPECTED = [
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_diagrams_command_writes_every_picture(tmp_path):
+def _draw(out: Path, only: list[str]) -> str:
+    argv = [sys.executable, "-m", "minidp", "diagrams", "--out", str(out), "--quick"]
     proc = subprocess.run(
-        [sys.executable, "-m", "minidp", "diagrams", "--out", str(tmp_path), "--quick"],
+        argv + (["--only", *only] if only else []),
         capture_output=True,
         text=True,
         timeout=300,
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for i, name in enumerate(EXPECTED, 1):
-        path = tmp_path / name
-        assert path.exists(), f"{name} missing; output:\n{proc.stdout}"
+    return proc.stdout
+
+
+def _check_pictures(out: Path, names: list[str], stdout: str) -> None:
+    for i, name in enumerate(names, 1):
+        path = out / name
+        assert path.exists(), f"{name} missing; output:\n{stdout}"
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert path.stat().st_size > 20_000  # a real picture, not an empty canvas
-        assert f"[{i}/{len(EXPECTED)}]" in proc.stdout  # progress, one line per picture
+        assert f"[{i}/{len(names)}]" in stdout  # progress, one line per picture
+
+
+def test_diagrams_command_writes_the_pictures_asked_for(tmp_path):
+    stdout = _draw(tmp_path, ["ring", "memory"])
+    _check_pictures(tmp_path, ["ring_steps.png", "memory_stages.png"], stdout)
+    assert not (tmp_path / "traffic.png").exists()
+
+
+@pytest.mark.slow
+def test_diagrams_command_writes_every_picture(tmp_path):
+    _check_pictures(tmp_path, EXPECTED, _draw(tmp_path, []))
 
 
 def test_committed_pictures_exist():
