@@ -20,9 +20,10 @@ longer message than its buffer, and the command then explains that instead of dy
 
 Where things are: ``spec.py`` (the Exercise record, case helpers, comparison),
 ``runner.py`` (load the file, run cases, shrink), ``world.py`` / ``process_world.py``
-(reusable thread / process worlds with a deadline), ``report.py`` (what is printed),
-``reference.py`` (the official torch collectives on a given group), ``catalogue.py`` (the
-list), and one module per topic holding the exercises (``comm_*.py``, ...).
+(reusable thread / process worlds with a deadline), ``outcome.py`` (what a check found),
+``report.py`` (what is printed), ``reference.py`` (the official torch collectives on a
+given group), ``catalogue.py`` (the list), and one module per topic holding the
+exercises (``comm_*.py``, ...).
 
 How to add an exercise (one file each, plus one line in the catalogue):
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from minidp.exercise.runner import Outcome, Report
+from minidp.exercise.outcome import Outcome, Report
 from minidp.exercise.spec import describe
 
 SHOW = 10  # values shown per tensor

@@ -16,7 +16,6 @@ import math
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from minidp.comm.errors import PeerError
 from minidp.exercise import seal as seals
 from minidp.exercise.learner import LoadError, learner_line, load
 from minidp.exercise.learner_group import GROUP_MISTAKES, LearnerGroup, PostOffice, guarded
+from minidp.exercise.outcome import CHANGED_CHECKER, Outcome, Report
 from minidp.exercise.process_world import shared_ranks
 from minidp.exercise.spec import Case, Exercise, Mistake, Result, compare, simpler
 from minidp.exercise.world import ThreadWorld
@@ -36,50 +36,6 @@ BLOCKING_SENDS = (
     "hint (blocking sends): every stuck rank waits in a blocking send, and a send completes "
     "only once its receiver has posted the receive. Start the send with p2p.isend(...), "
     "then recv, then .wait() the send (or let one side receive first)."
-)
-
-
-@dataclass
-class Outcome:
-    """One case's verdict."""
-
-    case: Case
-    status: str  # "pass", "wrong", "error", "stuck", "todo" (not implemented yet)
-    detail: str = ""  # one line (error/stuck: several) saying what happened
-    results: list[Result] | None = None  # per rank, when every rank answered
-    mistake: Mistake | None = None  # the classic mistake recognised, if any
-    error: str = ""  # "error": the exception's type name
-
-    def same_failure(self, other: Outcome) -> bool:
-        """Fails the same way (for shrinking: keep the hint the learner will read)."""
-        return (self.status, self.mistake, self.error) == (other.status, other.mistake, other.error)
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "pass"
-
-
-@dataclass
-class Report:
-    """Everything ``check`` found, for the printer and the score table."""
-
-    exercise: Exercise
-    path: Path
-    outcomes: list[Outcome] = field(default_factory=list)  # every case compared, in order
-    failure: Outcome | None = None  # the smallest failing case found (after shrinking)
-    shrunk_from: Case | None = None
-    shrink_tries: int = 0
-    load_error: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return not self.load_error and self.failure is None and bool(self.outcomes)
-
-
-CHANGED_CHECKER = Mistake(
-    "changed the checker",
-    "your file re-pointed names in minidp's or torch's code, which computes the answer "
-    "yours is compared with: a file that does that cannot pass. Remove the assignments.",
 )
 
 
