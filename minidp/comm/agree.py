@@ -18,11 +18,12 @@ rank that skipped a collective, or two same-shaped all-reduces called in a diffe
 — which would otherwise pair up silently and return wrong sums. It costs a stack walk per
 call; ``python -m minidp bench faults`` measures it (its last table).
 
-The exchange is all-to-all on a few bytes: every rank sends its 136-byte header to every
-other rank, all receives posted first — *one* message latency (through rank 0 and back, as
-it once went, took two: as much as a small tensor's data), and every rank holds the same
-table, so every rank reaches the same verdict. Headers are Python lists: one tensor made,
-one ``tolist()``, not a tensor operation per field.
+The exchange is all-to-all on a few bytes (``headers.py``): every rank sends its 136-byte
+header to every other rank, into receives posted one call ahead — *one* message latency
+(through rank 0 and back, as it once went, took two, and so did receives posted only at
+the call: gloo's rendezvous), and every rank holds the same table, so every rank reaches
+the same verdict. Headers are Python lists: one tensor made, one ``tolist()``, not a
+tensor operation per field.
 
 Test: ``pytest tests/test_collectives.py -k mismatch``
 """
@@ -39,7 +40,7 @@ from collections.abc import Iterator
 
 import torch
 
-from minidp.comm import ops, p2p
+from minidp.comm import headers, ops, p2p
 from minidp.comm.errors import MismatchError
 
 KINDS = (
@@ -63,7 +64,7 @@ _MAX_DIMS = 8
 _CHECKED = 6 + _MAX_DIMS  # checked-mode fields start here: flag, sequence number, call site
 _HEADER = _CHECKED + 3  # kind, numel, dtype, op, extra, ndim, dims..., flag, seq, site
 HEADER_BYTES = _HEADER * 8  # one int64 per field: 136 bytes from each rank to each other rank
-HEADER_TAG = 1 << 30  # header messages never match data messages (those use small tags)
+HEADER_TAG = headers.HEADER_TAG  # header messages never match data messages
 DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")  # TORCH_DISTRIBUTED_DEBUG's values
 
 
@@ -197,20 +198,6 @@ def _describe(h: list[int], extra_name: str) -> str:
     return ", ".join(parts)
 
 
-def _exchange(group, mine: list[int]) -> list[list[int]]:
-    """Every rank's header, on every rank, in one message latency (all-to-all)."""
-    rank, world = group.rank(), group.size()
-    table = torch.empty((world, _HEADER), dtype=torch.int64)  # (world, header) on every rank
-    table[rank] = torch.tensor(mine, dtype=torch.int64)
-    peers = [r for r in range(world) if r != rank]
-    # receives first: a send whose receive is already posted leaves at once
-    recvs = [p2p.irecv(table[r], r, group, HEADER_TAG) for r in peers]
-    sends = [p2p.isend(table[rank], r, group, HEADER_TAG) for r in peers]
-    p2p.wait_all(recvs)
-    p2p.wait_all(sends)
-    return table.tolist()
-
-
 def agree(
     group,
     kind: str,
@@ -231,7 +218,7 @@ def agree(
         seq = counts.get(p2p.current_channel(), 0)
         counts[p2p.current_channel()] = seq + 1
         mine[_CHECKED : _CHECKED + 3] = [1, seq, zlib.crc32(site.encode()) & 0x7FFFFFFF]
-    table = _exchange(group, mine)  # (world, header), the same on every rank
+    table = headers.exchange(group, mine)  # (world, header), the same on every rank
     if tensor is not None and mine[2] == _BAD_INPUT:
         check_input(tensor, kind)  # this rank's own, precise error
     # Every rank now holds the same table, so every rank reaches the same verdict.

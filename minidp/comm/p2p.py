@@ -103,8 +103,10 @@ class Work:
             self.backend.wait()
         except RuntimeError as exc:
             raise translate(exc, self.group, self.peer, self.kind) from exc
-        if self.kind == "recv" and trace.active:
-            trace.instant("recv", lane="comm", peer=self.peer, bytes=self.nbytes)
+        if self.kind == "recv":  # counted on arrival: a receive may be posted a call ahead
+            traffic.add("recv", self.nbytes)
+            if trace.active:
+                trace.instant("recv", lane="comm", peer=self.peer, bytes=self.nbytes)
 
 
 def translate(exc: BaseException, group, peer: int, kind: str) -> CollectiveError:
@@ -153,7 +155,6 @@ def isend(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Work:
 def irecv(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Work:
     """Start receiving into ``tensor`` (contiguous) from group rank ``peer``."""
     nbytes = tensor.numel() * tensor.element_size()
-    traffic.add("recv", nbytes)
     try:
         work = group.recv([tensor], peer, tag + current_channel() * CHANNEL_SPAN)
     except RuntimeError as exc:

@@ -49,11 +49,23 @@ ring alone 2.2–3.3× (its check got cheaper too). Above 256 KiB the ring is st
 at 1–4 MiB and 1.0–1.2× at 64 MiB (the README's table, with spreads). At 1–4 MiB
 ``bench allreduce --breakdown`` splits that: the data pass alone (:func:`gloo_ring`)
 1.2–1.5× gloo, the cross-rank check before it 0.5–0.7 ms (one message round).
+
+Where the rest goes (2 ranks, 2 cores, measured with ``time.thread_time`` per call, the
+calling thread's CPU only, which background load barely moves): gloo's ``all_reduce``
+84-124 us, a bare gloo send/recv exchange 66-95 us, this ring 620-990 us (check 210-260,
+data pass 310-670). Two changes cut it from 760-1170 us: the header check posts the next
+call's receives ahead (``headers.py``: gloo sends only into an announced receive, so a
+header posted at the call cost two latencies, now one), and the schedule below is
+computed once per size (:func:`schedule`, cached). What is left is Python per message
+(~3 us a send or receive, ~6 us an add) and, on an idle VM, the wake-up stalls above: the
+barrier-separated harness still reads the ring at 3.1x gloo at 16 KiB and 2.5x at 1 MiB,
+each with a middle half spanning 1.6-9x.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import math
 
 import torch
@@ -95,6 +107,32 @@ def _segments(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
     return [(s, min(s + seg, hi)) for s in range(lo, hi, seg)]
 
 
+@functools.lru_cache(maxsize=256)
+def schedule(
+    chunks: tuple[tuple[int, int], ...], seg: int, rank: int, reduce_steps: int, copy_steps: int
+) -> tuple[list, list, int, int]:
+    """Who receives what, when: pure arithmetic on sizes, the same for every call with the
+    same sizes — so it is computed once (cached) and a training loop's thousandth
+    all-reduce of a bucket pays only for its messages.
+
+    Returns ``slots``: every receive of the pass in order, ``(step, segment index, start,
+    end)``; ``first``: the first step's sends ``(segment index, start, end)``; the tag
+    ``stride``; and ``n_reduce``, how many receives add (the rest copy).
+    """
+    world = len(chunks)
+    off = 1 if reduce_steps else 0
+    segs = [_segments(lo, hi, seg) for lo, hi in chunks]  # same on every rank
+    stride = max(len(s) for s in segs) + 1  # message tag = step * stride + segment index
+    slots = [
+        (step, k, a, b)
+        for step in range(reduce_steps + copy_steps)
+        for k, (a, b) in enumerate(segs[(rank + off + 1 + step) % world])
+    ]
+    first = [(k, a, b) for k, (a, b) in enumerate(segs[(rank + off) % world])]
+    n_reduce = sum(1 for slot in slots if slot[0] < reduce_steps)
+    return slots, first, stride, n_reduce
+
+
 def ring_pass(
     flat: torch.Tensor,
     chunks: list[tuple[int, int]],
@@ -130,23 +168,15 @@ def ring_pass(
     if world == 1 or steps == 0:
         return
     left, right = (rank - 1) % world, (rank + 1) % world
-    off = 1 if reduce_steps else 0
-    segs = [_segments(lo, hi, seg) for lo, hi in chunks]  # same on every rank
-    stride = max(len(s) for s in segs) + 1  # message tag = step * stride + segment index
-    # Every receive of the pass, in order: (step, segment index, start, end).
-    slots = [
-        (step, k, a, b)
-        for step in range(steps)
-        for k, (a, b) in enumerate(segs[(rank + off + 1 + step) % world])
-    ]
-    width = max(b - a for _, _, a, b in slots)  # longest message (<= seg)
-    scratch = torch.empty((window, width), dtype=flat.dtype) if reduce_steps else None
-
-    n_reduce = sum(1 for slot in slots if slot[0] < reduce_steps)
+    slots, first, stride, n_reduce = schedule(tuple(chunks), seg, rank, reduce_steps, copy_steps)
+    nbuf = min(window, n_reduce) or 1  # buffers: no more than the reducing receives
+    width = max(b - a for _, _, a, b in slots[:n_reduce]) if n_reduce else 0  # <= seg
+    scratch = torch.empty(nbuf * width, dtype=flat.dtype)  # (nbuf * width,) rank-local
 
     def post(i: int) -> p2p.Work:
         step, k, a, b = slots[i]
-        target = scratch[i % window, : b - a] if step < reduce_steps else flat[a:b]
+        j = i % nbuf
+        target = scratch[j * width : j * width + b - a] if step < reduce_steps else flat[a:b]
         return p2p.irecv(target, right, group, step * stride + k)
 
     # Receives first: a send leaves only once its receiver has posted the receive.
@@ -157,13 +187,13 @@ def ring_pass(
     # The first step's sends: a send whose receive the peer has not posted yet waits inside
     # the transport, so when reducing, send only as many as the peer has buffers for and
     # release one more each time a buffer of ours frees up (the peer mirrors us).
-    first = [(k, a, b) for k, (a, b) in enumerate(segs[(rank + off) % world])]
     ahead = window if n_reduce else len(first)
     sends = [p2p.isend(flat[a:b], left, group, k) for k, a, b in first[:ahead]]
     for i, (step, k, a, b) in enumerate(slots):
         pending.popleft().wait()
         if step < reduce_steps:
-            ops.combine(op, flat[a:b], scratch[i % window, : b - a])  # mine OP acc
+            j = i % nbuf
+            ops.combine(op, flat[a:b], scratch[j * width : j * width + b - a])  # mine OP acc
             if i + window < n_reduce:  # reuse the buffer just consumed
                 pending.insert(window - 1, post(i + window))
             # release the next first-step send; after our last reducing receive, all the rest
