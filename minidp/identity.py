@@ -54,3 +54,13 @@ def rank() -> int:
     if group is None:
         return 0
     return group.rank() if is_member(group) else -1
+
+
+def track_rank() -> int:
+    """The rank whose trace track this thread's events go on: the process's global rank
+    where ``torch.distributed`` is initialised — a sub-group's rank (HSDP's shard group on
+    the communication thread) would put them on another rank's track — else this
+    thread's rank in its group (thread worlds)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return rank()

@@ -128,3 +128,20 @@ def test_tap_logs_every_message_with_its_place():
         assert log.bytes_sent(r, watched=True) == 4 * 2 * 8
     recvs = [m for m in log.messages if m.kind == "recv"]
     assert len(recvs) == len([m for m in log.messages if m.kind == "send"])
+
+
+def _traced_in_subgroup(rank: int, world: int) -> list[int]:
+    """Events made while a sub-group is this thread's group (HSDP's shard group on the
+    communication thread) still go on the process's own track."""
+    import torch.distributed as dist
+
+    pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    mine = pairs[rank // 2]
+    with trace.recording() as rec, groups.use_group(mine):
+        trace.instant("in subgroup", lane="comm")
+        ring_all_reduce(torch.ones(4), group=mine)
+    return sorted({e["pid"] for e in rec.events})
+
+
+def test_subgroup_events_go_on_the_global_ranks_track(process_world):
+    assert process_world(4).run(_traced_in_subgroup) == [[0], [1], [2], [3]]

@@ -91,7 +91,7 @@ def instant(name: str, lane: str = "comm", rank: int | None = None, **args) -> N
             "ph": "i",
             "s": "t",
             "ts": now_us(),
-            "pid": identity.rank() if rank is None else rank,
+            "pid": identity.track_rank() if rank is None else rank,
             "tid": lane,
             "args": args,
         }
@@ -119,7 +119,7 @@ def complete(
             "ph": "X",
             "ts": start_us,
             "dur": max(end_us - start_us, 0.001),
-            "pid": identity.rank() if rank is None else rank,
+            "pid": identity.track_rank() if rank is None else rank,
             "tid": lane,
             "args": args,
         }
