@@ -6,7 +6,9 @@
 The network is blocked (only file:// loads); the page must raise no console or page error;
 every scene steps forward and back from the keyboard; and what the page shows at step k —
 read from the DOM's data attributes — equals what the trace holds for step k, computed
-here independently of the page's JavaScript.
+here independently of the page's JavaScript. This file: the player and the ring, traffic,
+DP and DDP scenes (and the helpers); tests/test_classroom_browser_shard.py: memory, FSDP
+and HSDP.
 """
 
 from __future__ import annotations
@@ -17,31 +19,40 @@ from pathlib import Path
 
 import pytest
 
-from minidp.classroom import Options, record, write_page
+from minidp.classroom import write_page
 
 CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip)")
 if CHROMIUM is None:
     pytest.skip("no chromium (apt-get install -y chromium)", allow_module_level=True)
 
-SCENES = ("ring", "traffic", "dp", "ddp", "memory", "fsdp")
+SCENES = ("ring", "traffic", "dp", "ddp", "memory", "fsdp", "hsdp")
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    data = record(
-        Options(world_size=4, numel=8, devices=2, batch=4, width=16), progress=lambda _: None
-    )
-    path = write_page(data, tmp_path_factory.mktemp("classroom"))
-    return json.loads(json.dumps(data)), path
+_SHARED: dict = {}  # one Chromium, recording and page for every classroom browser test
 
 
-@pytest.fixture(scope="module")
-def browser_page(recorded):
-    _, path = recorded
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page()
+def chromium(request):
+    """The session's Chromium (playwright allows one sync instance at a time, and a start
+    costs seconds), closed when the session ends; tests/test_classroom_serve.py uses it too."""
+    if "browser" not in _SHARED:
+        playwright = sync_api.sync_playwright().start()
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        request.config.add_cleanup(playwright.stop)  # after browser.close: cleanups run LIFO
+        request.config.add_cleanup(browser.close)
+        _SHARED["browser"] = browser
+    return _SHARED["browser"]
+
+
+def shared(request) -> tuple[tuple[dict, Path], tuple]:
+    """((trace, page path), (page, problems)): made once per session, used by this file and
+    tests/test_classroom_browser_shard.py. Only file:// may load."""
+    if "both" not in _SHARED:
+        from test_classroom import recorded_once  # tests/test_classroom.py reads it too
+
+        data = recorded_once(request.getfixturevalue("process_world"))
+        path = write_page(data, request.getfixturevalue("tmp_path_factory").mktemp("classroom"))
+        page = chromium(request).new_page()
         problems: list[str] = []
         page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}"))
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
@@ -55,8 +66,18 @@ def browser_page(recorded):
 
         page.route("**/*", only_files)
         page.goto(path.as_uri())
-        yield page, problems
-        browser.close()
+        _SHARED["both"] = ((json.loads(json.dumps(data)), path), (page, problems))
+    return _SHARED["both"]
+
+
+@pytest.fixture(scope="module")
+def recorded(request):
+    return shared(request)[0]
+
+
+@pytest.fixture(scope="module")
+def browser_page(request):
+    return shared(request)[1]
 
 
 # ---- the trace, read here the way the page must read it -----------------------------------
@@ -224,56 +245,3 @@ def test_ddp_hooks_and_buckets_equal_the_trace(browser_page, recorded):
             assert state == want, f"ddp step {k}, bucket {b}"
         event = page.get_attribute("#caption [data-event]", "data-event")
         assert event == (seq[k - 1]["name"] if k else "")
-
-
-def test_memory_bytes_equal_the_trace(browser_page, recorded):
-    page, _ = browser_page
-    mem = [e for e in events(recorded[0]) if e["name"] == "memory"]
-    keys = list(dict.fromkeys((e["args"]["stage"], e["args"]["point"]) for e in mem))
-    assert len(keys) == 16  # 4 stages x 4 points
-    select(page, "memory")
-    for k, (stage, point) in enumerate(keys):
-        step_to(page, k)
-        shown = {
-            (int(r), p): int(n)
-            for r, p, n in dom(page, "[data-part]", "data-rank", "data-part", "data-bytes")
-        }
-        expect = {
-            (e["pid"], p): e["args"][p]
-            for e in mem
-            if (e["args"]["stage"], e["args"]["point"]) == (stage, point)
-            for p in ("params", "grads", "optimizer", "buckets")
-        }
-        assert shown == expect, f"memory {stage} {point}"
-
-
-def test_fsdp_units_and_bytes_equal_the_trace(browser_page, recorded):
-    import re
-
-    page, _ = browser_page
-    unit = r"(unit \d+|root)$"
-    pat = re.compile(
-        rf"^((issue all-gather|all-gather|forward|backward|reduce-scatter) {unit}"
-        r"|unit gathered|unit freed|wait reduce-scatters)"
-    )
-    seq = [e for e in events(recorded[0]) if e["pid"] == 0 and pat.match(e["name"])]
-    select(page, "fsdp")
-    assert int(page.get_attribute("#scrub", "max")) == len(seq)
-    gathered_some = False
-    for k in range(len(seq) + 1):
-        step_to(page, k)
-        state, held = {}, 0
-        for e in seq[:k]:
-            if e["name"].startswith("issue all-gather "):  # prefetch asked, not yet arrived
-                u = e["name"].removeprefix("issue all-gather ")
-                state[u] = "gathered" if state.get(u) == "gathered" else "issued"
-            elif e["name"] == "unit gathered":
-                state[e["args"]["unit"]], held = "gathered", held + e["args"]["bytes"]
-            elif e["name"] == "unit freed":
-                state[e["args"]["unit"]], held = "sharded", held - e["args"]["bytes"]
-        shown = dict(dom(page, ".card[data-unit]", "data-unit", "data-state"))
-        for u, s in state.items():
-            assert shown[u] == s, f"fsdp step {k}, {u}"
-        assert int(page.get_attribute("#fsdp-memory", "data-bytes")) == held, f"fsdp step {k}"
-        gathered_some |= held > 0
-    assert gathered_some

@@ -4,11 +4,13 @@
     python -m minidp classroom --out DIR --no-serve    # just write DIR/index.html
     python -m minidp classroom --trace run.json        # a page from your own trace (torchrun...)
     python -m minidp classroom --screenshots diagrams  # also diagrams/classroom_<scene>.png
+    python -m minidp classroom --only hsdp --hsdp-mesh 2x2  # one scene (HSDP: 4 processes)
 
 The page is one file (JS, CSS and the trace inline): it opens from ``file://`` offline.
 Serving uses Python's ``http.server`` on 127.0.0.1 only, until Ctrl-C.
 
-Test: ``pytest tests/test_classroom.py tests/test_classroom_browser.py``
+Test: ``pytest tests/test_classroom.py tests/test_classroom_browser.py``;
+serving: ``pytest tests/test_classroom_serve.py``
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from minidp.classroom.record import SCENE_ORDER, Options, record
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="minidp classroom",
-        description="Record real runs (ring, server vs ring, DP, DDP, ZeRO/FSDP memory, FSDP) "
-        "and write one self-contained page that steps through them.",
+        description="Record real runs (ring, server vs ring, DP, DDP, ZeRO/FSDP memory, FSDP, "
+        "HSDP) and write one self-contained page that steps through them.",
     )
     p.add_argument("--out", default="classroom", help="folder for index.html (default: classroom)")
     p.add_argument("--no-serve", action="store_true", help="write the page, do not serve it")
@@ -41,32 +43,56 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", type=int, default=4, help="DataParallel's simulated devices")
     p.add_argument("--batch", type=int, default=8, help="DataParallel's batch")
     p.add_argument("--ddp-world-size", type=int, default=2, help="ranks for DDP, ZeRO, FSDP")
-    p.add_argument("--width", type=int, default=64, help="MLP width for DDP, ZeRO, FSDP")
+    p.add_argument("--width", type=int, default=64, help="MLP width for DDP, ZeRO, FSDP, HSDP")
+    p.add_argument(
+        "--hsdp-mesh",
+        type=_mesh,
+        default=(2, 2),
+        metavar="RxS",
+        help="HSDP: R nodes x S ranks per node, one process each (default 2x2)",
+    )
     p.add_argument("--screenshots", metavar="DIR", help="write DIR/classroom_<scene>.png")
     return p
+
+
+def _mesh(text: str) -> tuple[int, int]:
+    """``"2x2"`` -> (2, 2): nodes x ranks per node."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected RxS (nodes x ranks per node, e.g. 2x2), got {text!r}"
+        )
+    return int(parts[0]), int(parts[1])
 
 
 def options_from(args: argparse.Namespace) -> Options:
     only = tuple(s.strip() for s in args.only.split(",")) if args.only else SCENE_ORDER
     return Options(world_size=args.world_size, numel=args.numel, devices=args.devices,
                    batch=args.batch, ddp_world=args.ddp_world_size, width=args.width,
-                   only=only)  # fmt: skip
+                   hsdp_mesh=args.hsdp_mesh, only=only)  # fmt: skip
 
 
 def serve(folder: Path, port: int = 0) -> None:
-    """Serve ``folder`` on 127.0.0.1 until Ctrl-C (the page itself needs no server)."""
+    """Serve ``folder`` on 127.0.0.1 until Ctrl-C (the page itself needs no server).
+
+    A port that cannot be opened (in use, privileged) raises ``OSError`` before anything
+    is served; ``main`` turns it into a usage error. Lines are flushed at once: whoever
+    reads our output through a pipe (a test, ``tee``) needs the address before Ctrl-C."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
     with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
-        print(f"serving on http://127.0.0.1:{httpd.server_address[1]}/  (Ctrl-C to stop)")
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+        print(f"serving on {url}  (Ctrl-C to stop)", flush=True)
         try:
             httpd.serve_forever()
         except KeyboardInterrupt:
-            print("stopped")
+            print("stopped", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:  # before recording: a bad port must not cost a minute
+        parser.error(f"--port: expected 0 (a free one) to 65535, got {args.port}")
     try:
         if args.trace:
             data = load_trace(args.trace)
@@ -80,16 +106,24 @@ def main(argv: list[str] | None = None) -> int:
         saved = Path(args.save_trace)
         saved.parent.mkdir(parents=True, exist_ok=True)
         saved.write_text(json.dumps(data))
-        print(f"trace saved: {args.save_trace} (also opens in Perfetto)")
+        print(f"trace saved: {args.save_trace} (also opens in Perfetto)", flush=True)
     page = write_page(data, args.out)
-    print(f"page written: {page} (open it directly, offline: {page.resolve().as_uri()})")
+    print(f"page written: {page} (open it directly, offline: {page.resolve().as_uri()})",
+          flush=True)  # fmt: skip
     if args.screenshots:
         from minidp.classroom.shots import screenshots
 
         for path in screenshots(page, args.screenshots):
             print(f"screenshot: {path}")
     if not args.no_serve:
-        serve(page.parent, args.port)
+        try:
+            serve(page.parent, args.port)
+        except OSError as e:  # in use, or a privileged port: say so, not a traceback
+            parser.error(
+                f"--port {args.port}: expected a port free to open on 127.0.0.1, got "
+                f"{e.strerror or e}. Hint: --port 0 picks a free one; the page needs no "
+                f"server: open {page.resolve().as_uri()}"
+            )
     return 0
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 from minidp.classroom.scenes import SCENES
 
 ASSETS = Path(__file__).parent / "assets"
-JS_FILES = ("core.js", "timeline.js", "scene_comm.js", "scene_step.js", "scene_shard.js")
+# the scenes' order here is the page's (and keys 1-7 pick them)
+JS_FILES = ("core.js", "timeline.js", "scene_comm.js", "scene_step.js", "scene_shard.js",
+            "scene_hsdp.js")  # fmt: skip
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"  # present in a source checkout
 
 

@@ -2,8 +2,8 @@
 
     python -m minidp classroom --no-serve --out /tmp/cls     # records, then builds the page
 
-Each scene's recorder (``rec_comm``, ``rec_dp``, ``rec_ddp``, ``rec_shard``) runs real
-ranks and returns ``minidp.trace`` events; here they are run one after the other, with a
+Each scene's recorder (``rec_comm``, ``rec_dp``, ``rec_ddp``, ``rec_shard``, ``rec_hsdp``)
+runs real ranks and returns ``minidp.trace`` events; here they are run one after the other, with a
 progress line per scene, and merged by ``minidp.trace.to_chrome`` — the same format
 ``minidp.trace.save`` writes — plus the options under ``otherData`` (the Chrome trace
 format's place for such metadata).
@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 
 from minidp import trace
-from minidp.classroom import rec_comm, rec_ddp, rec_dp, rec_shard
+from minidp.classroom import rec_comm, rec_ddp, rec_dp, rec_hsdp, rec_shard
 
-SCENE_ORDER = ("ring", "traffic", "dp", "ddp", "memory", "fsdp")
+SCENE_ORDER = ("ring", "traffic", "dp", "ddp", "memory", "fsdp", "hsdp")
 
 
 @dataclasses.dataclass
@@ -33,7 +33,8 @@ class Options:
     devices: int = 4  # DataParallel's simulated devices
     batch: int = 8  # DataParallel's batch
     ddp_world: int = 2  # ranks of the DDP, memory and FSDP scenes
-    width: int = 64  # width of the MLP in the DDP/memory/FSDP scenes
+    width: int = 64  # width of the MLP in the DDP/memory/FSDP/HSDP scenes
+    hsdp_mesh: tuple[int, int] = (2, 2)  # HSDP: (nodes, ranks per node), one process each
     only: tuple[str, ...] = SCENE_ORDER
 
     def check(self) -> None:
@@ -62,9 +63,11 @@ class Options:
             )
         if self.width < 8:
             raise ValueError(f"classroom: --width must be at least 8, got {self.width}")
+        if "hsdp" in self.only:
+            rec_hsdp.check_shape(self.hsdp_mesh)
 
 
-def _runners(o: Options) -> dict[str, Callable[[], list[dict]]]:
+def _runners(o: Options, world=None) -> dict[str, Callable[[], list[dict]]]:
     return {
         "ring": lambda: rec_comm.ring_events(o.world_size, o.numel),
         "traffic": lambda: rec_comm.traffic_events(o.world_size, o.traffic_numel),
@@ -72,14 +75,20 @@ def _runners(o: Options) -> dict[str, Callable[[], list[dict]]]:
         "ddp": lambda: rec_ddp.ddp_events(o.ddp_world, width=o.width * 2, cap_mb=0.06),
         "memory": lambda: rec_shard.memory_events(o.ddp_world, o.width),
         "fsdp": lambda: rec_shard.fsdp_events(o.ddp_world, o.width),
+        "hsdp": lambda: rec_hsdp.hsdp_events(o.hsdp_mesh, o.width, world),
     }
 
 
-def record(options: Options | None = None, progress: Callable[[str], None] = print) -> dict:
-    """Record the chosen scenes; returns a Chrome trace dict (``traceEvents`` and more)."""
+def record(
+    options: Options | None = None, progress: Callable[[str], None] = print, world=None
+) -> dict:
+    """Record the chosen scenes; returns a Chrome trace dict (``traceEvents`` and more).
+
+    ``world``: an open ``minidp.launch.ProcessWorld`` of R x S ranks for the HSDP scene (the
+    tests reuse theirs); ``None``: the scene spawns its processes (a few seconds)."""
     o = options or Options()
     o.check()
-    runners = _runners(o)
+    runners = _runners(o, world)
     events: list[dict] = []
     chosen = [s for s in SCENE_ORDER if s in o.only]
     for i, scene in enumerate(chosen, 1):

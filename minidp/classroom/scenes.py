@@ -47,7 +47,7 @@ SCENES = {
         "text": "Bytes each rank holds, measured from the real tensors at four points of one "
         "AdamW step. DDP keeps everything on every rank; ZeRO-1 shards the optimizer state; "
         "ZeRO-2 also the gradients; FSDP also the parameters (gathered only while a unit "
-        "computes).",
+        "computes). Below: all four stages at the same point, side by side, on one scale.",
     },
     "fsdp": {
         "title": "FSDP: units gathered and freed",
@@ -56,5 +56,15 @@ SCENES = {
         "all-gather brings the full parameters; after, they are freed. The next unit's "
         "all-gather is issued early (prefetch) so it travels while this one computes. "
         "Backward re-gathers in reverse and reduce-scatters each unit's gradients.",
+    },
+    "hsdp": {
+        "title": "HSDP: shard in a node, replicate across",
+        "lesson": "37_hsdp.py",
+        "text": "Real rank processes on a 2-D mesh (replicate x shard). Each row plays a node: "
+        "its ranks shard every unit, so all-gathers and reduce-scatters stay on the fast "
+        "links inside the node. Each column holds the same shard on every node; after the "
+        "reduce-scatter, only that shard's gradient (1/S of the unit's) is all-reduced "
+        "across nodes, over the slow link. Bytes: every real message each rank sent "
+        "(headers included), to whom, in which collective.",
     },
 }

@@ -16,7 +16,9 @@ from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
 # (scene, which step: a fraction of the way through, chosen to show the idea mid-flight)
-SHOTS = {"ring": 0.4, "traffic": 1.0, "dp": 0.5, "ddp": 0.55, "memory": 1.0, "fsdp": 0.35}
+# (hsdp: the all-reduce of unit 2, the shard crossing nodes)
+SHOTS = {"ring": 0.4, "traffic": 1.0, "dp": 0.5, "ddp": 0.55, "memory": 1.0, "fsdp": 0.35,
+         "hsdp": 0.87}  # fmt: skip
 
 
 def browser_path() -> str | None:

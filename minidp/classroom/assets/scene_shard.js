@@ -1,8 +1,9 @@
 // Scenes "memory" (bytes each rank holds under DDP, ZeRO-1, ZeRO-2, FSDP, measured at four
-// points of a step) and "fsdp" (one FSDP step: units gathered, freed, prefetched).
+// points of a step: one stage's points so far, then all four stages side by side) and "fsdp" (one FSDP step: units gathered, freed, prefetched).
 (() => {
   const { el, byName, ranks, bytes } = Classroom;
   const PARTS = ["params", "grads", "optimizer", "buckets"];
+  const NAMES = { ddp: "DDP", zero1: "ZeRO-1", zero2: "ZeRO-2", fsdp: "FSDP" };
 
   function stacked(args, scale, attrs) {
     const bar = el("div", { class: "bar" });
@@ -21,6 +22,7 @@
       const key = `${e.args.stage}/${e.args.point}`;
       if (!keys.includes(key)) keys.push(key);
     }
+    const stages = [...new Set(mem.map((e) => e.args.stage))];
     const total = (a) => PARTS.reduce((s, p) => s + a[p], 0);
     const scale = Math.max(...mem.map((e) => total(e.args)));
     return {
@@ -32,6 +34,7 @@
         for (const p of PARTS) legend.append(el("span", { class: `part-${p}` }), p);
         stage.append(legend);
         const points = keys.filter((key) => key.startsWith(`${st}/`));
+        const steps = el("div", { class: "cards", id: "memory-steps" });
         for (const r of ranks(mem)) {
           const card = el("div", { class: "card", "data-rank": r }, el("h3", { text: `rank ${r}` }));
           for (const key of points.slice(0, points.indexOf(keys[k]) + 1)) {
@@ -41,8 +44,25 @@
               el("b", { text: `${key.split("/")[1]}: ${bytes(total(e.args))}` }),
               stacked(e.args, scale, now ? { "data-rank": r } : null)));
           }
-          stage.append(card);
+          steps.append(card);
         }
+        stage.append(steps);
+        // The same point of the step under every stage, side by side: one column per
+        // stage, one bar per rank, on one scale, so the stages compare at a glance.
+        stage.append(el("h3", { text: `All four stages at the same point: ${point}` }));
+        const compare = el("div", { class: "compare", id: "memory-compare", "data-point": point });
+        for (const s of stages) {
+          const col = el("div", { class: s === st ? "card current" : "card", "data-stage": s },
+            el("h3", { text: NAMES[s] || s }));
+          for (const r of ranks(mem)) {
+            const e = mem.find((m) => m.pid === r && m.args.stage === s && m.args.point === point);
+            if (!e) continue;
+            col.append(el("div", { class: "field" }, el("b", { text: `rank ${r}: ${bytes(total(e.args))}` }),
+              stacked(e.args, scale, { "data-rank": r })));
+          }
+          compare.append(col);
+        }
+        stage.append(compare);
       },
     };
   });
