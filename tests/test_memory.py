@@ -316,6 +316,7 @@ def test_bench_zero_quick_runs(capsys):
     assert zero.main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "minidp zero1" in out and "ZeRO-2 (reduce-scatter + all-gather)" in out
+    assert re.search(r"^verdict ZeRO-1 \+ DDP: .*target <= 1\.05x: ", out, re.M)
 
 
 @pytest.mark.slow

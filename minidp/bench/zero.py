@@ -1,34 +1,39 @@
-"""Benchmark: minidp's ZeRO against torch's in the same run — step time and bytes moved.
+"""Benchmark: minidp's ZeRO against torch's, pair by pair, to a verdict — and bytes moved.
 
-    python -m minidp bench zero                 # about a minute, 2 ranks
-    python -m minidp bench zero --world-size 4 --rounds 5
-    python -m minidp bench zero --quick         # a few seconds, small model
+    python -m minidp bench zero                   # 2 ranks, 16.6 M params: a few minutes
+    python -m minidp bench zero --world-size 4    # adds the HSDP pair (pairs of ranks)
+    python -m minidp bench zero --quick           # seconds, tiny model: a smoke run
 
-Rows (each rank: forward + cross-entropy + backward + AdamW step on the MLP of
-``bench ddp``, ``--batch`` samples per rank, gloo on loopback):
+Pairs, torch's first (A) and minidp's second (B); each step on every rank is forward +
+cross-entropy + backward + AdamW step on the MLP of ``bench ddp`` at width 1440 (16.6 M
+parameters, 66 MB of fp32 gradients: communication matters), ``--batch`` samples per rank,
+gloo on loopback:
 
-* **torch ZeRO-1**: ``torch.nn.parallel.DistributedDataParallel`` +
-  ``torch.distributed.optim.ZeroRedundancyOptimizer``;
-* **minidp ZeRO-1**: ``minidp.DistributedDataParallel`` + ``minidp.ZeroRedundancyOptimizer``;
-* **minidp ZeRO-2**: ``minidp.zero.Zero2Optimizer`` (reduce-scatter in backward);
-* **torch FSDP2, no reshard**: ``fully_shard(reshard_after_forward=False)`` on a CPU mesh,
-  torch's ZeRO-2-like mode (torch >= 2.8, where gloo has reduce-scatter);
-* **torch DDP + AdamW**: the unsharded baseline;
-* with ``--world-size`` 4 or more (even): **minidp HSDP** and **torch FSDP2 HSDP**,
-  ``fully_shard(mesh=<(W/2, 2) mesh>)`` on each Linear and the root: shard within pairs of
-  ranks, replicate across the pairs.
+* **ZeRO-1 + DDP** (target <= 1.05x): ``torch.nn.parallel.DistributedDataParallel`` +
+  ``torch.distributed.optim.ZeroRedundancyOptimizer`` vs ``minidp.DistributedDataParallel``
+  + ``minidp.ZeroRedundancyOptimizer``;
+* **ZeRO-2** (target <= 1.10x): torch FSDP2 ``fully_shard(reshard_after_forward=False)``
+  on each Linear and the root (torch's ZeRO-2-like mode; torch >= 2.8, where gloo has
+  reduce-scatter) vs ``minidp.zero.Zero2Optimizer``;
+* **HSDP** (target <= 1.10x; ``--world-size`` 4 or more, even): ``fully_shard(mesh=<(W/2,
+  2) mesh>)`` on each Linear and the root, torch's vs ``minidp.fully_shard``'s.
 
-Rows take turns step by step; each round's median per row gives one ratio against its
-torch counterpart, and the spread is the range of those ratios over the rounds. Bytes
-moved are counted for minidp (``count_traffic``, one step, per rank, mean over ranks) and
-given by theory for torch (gloo's traffic is not visible from Python).
+Each pair's two models are built, warmed up and timed in ABBA blocks (A, B, B, A; every
+step after a barrier, counted at the slowest rank) until the 95% interval of the ratio is
+within ``±--halfwidth`` or ``--max-blocks`` / ``--budget`` run out (``minidp.bench.abba``);
+then freed before the next pair. The verdict: meets / misses / inconclusive against the
+target, faster / slower / inconclusive against 1.0. Bytes sent are counted for minidp
+(``count_traffic``, one step, per rank, mean over ranks) and given by theory for torch
+(gloo's traffic is not visible from Python).
 
-Not a test; ``pytest tests/test_memory.py -k bench`` checks that ``--quick`` runs.
+Test: ``pytest tests/test_bench_sharded.py -k zero``; ``pytest tests/test_memory.py -m slow
+-k bench`` (the bytes at 4 ranks).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -37,26 +42,39 @@ import torch
 from torch import nn
 
 import minidp
+from minidp.bench import abba
 from minidp.bench.ddp import make_model
 from minidp.launch import ProcessWorld
 from minidp.zero import Zero2Optimizer
 from minidp.zero.stages import step_traffic
 
 LR = 1e-3
+WIDTH = 1440  # make_model(w) has 8w² + 15w + 10 parameters: 16.6 M at 1440
+PAIRS = (  # (label, torch row, minidp row, target for minidp / torch)
+    ("ZeRO-1 + DDP", "torch zero1", "minidp zero1", 1.05),
+    ("ZeRO-2", "torch fsdp2 no reshard", "minidp zero2", 1.10),
+    ("HSDP", "torch hsdp", "minidp hsdp", 1.10),
+)
 
 
-def _fsdp2(model: nn.Module, world: int):
-    """torch's FSDP2 on a CPU mesh (each Linear, then the root), or None where unavailable."""
-    try:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:
-        return None
+def no_fsdp2() -> str | None:
+    """Why torch's FSDP2 cannot run on a gloo mesh here, or None where it can."""
+    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    if (major, minor) < (2, 8):
+        return f"torch {torch.__version__}'s gloo has no reduce-scatter (FSDP2 needs >= 2.8)"
+    return None
+
+
+def torch_fsdp2(model: nn.Module, world: int, reshard: bool = False) -> nn.Module:
+    """torch's FSDP2 on a CPU mesh: each Linear, then the root."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
     mesh = init_device_mesh("cpu", (world,))
     for layer in model:
         if isinstance(layer, nn.Linear):
-            fully_shard(layer, mesh=mesh, reshard_after_forward=False)
-    return fully_shard(model, mesh=mesh, reshard_after_forward=False)
+            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
 
 
 def _hsdp(model: nn.Module, world: int, torch_side: bool) -> nn.Module:
@@ -74,91 +92,86 @@ def _hsdp(model: nn.Module, world: int, torch_side: bool) -> nn.Module:
     return fully_shard(model, mesh=mesh)
 
 
-def _rows(width: int, world: int, fsdp2: bool) -> list[tuple[str, nn.Module, object]]:
+def build(name: str, width: int, world: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """One row's (model, optimizer), fresh from ``make_model(width)`` (same seed: same weights)."""
     from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZero
 
-    rows = []
-    net = nn.parallel.DistributedDataParallel(make_model(width))
-    rows.append(("torch zero1", net, TorchZero(net.parameters(), torch.optim.AdamW, lr=LR)))
-    net = minidp.DistributedDataParallel(make_model(width))
-    opt = minidp.ZeroRedundancyOptimizer(net.parameters(), torch.optim.AdamW, lr=LR)
-    rows.append(("minidp zero1", net, opt))
-    net = make_model(width)
-    rows.append(("minidp zero2", net, Zero2Optimizer(net.parameters(), torch.optim.AdamW, lr=LR)))
-    net = _fsdp2(make_model(width), world) if fsdp2 else None
-    if net is not None:  # None: this torch has no fully_shard to import
-        rows.append(("torch fsdp2", net, torch.optim.AdamW(net.parameters(), lr=LR)))
-    net = nn.parallel.DistributedDataParallel(make_model(width))
-    rows.append(("torch ddp", net, torch.optim.AdamW(net.parameters(), lr=LR)))
-    if fsdp2 and world >= 4 and world % 2 == 0:
-        for name, torch_side in (("torch hsdp", True), ("minidp hsdp", False)):
-            net = _hsdp(make_model(width), world, torch_side)
-            rows.append((name, net, torch.optim.AdamW(net.parameters(), lr=LR)))
-    return rows
+    adamw = torch.optim.AdamW
+    if name == "torch zero1":
+        net = nn.parallel.DistributedDataParallel(make_model(width))
+        return net, TorchZero(net.parameters(), adamw, lr=LR)
+    if name == "minidp zero1":
+        net = minidp.DistributedDataParallel(make_model(width))
+        return net, minidp.ZeroRedundancyOptimizer(net.parameters(), adamw, lr=LR)
+    if name == "minidp zero2":
+        net = make_model(width)
+        return net, Zero2Optimizer(net.parameters(), adamw, lr=LR)
+    if name == "torch fsdp2 no reshard":
+        net = torch_fsdp2(make_model(width), world)
+    elif name in ("torch hsdp", "minidp hsdp"):
+        net = _hsdp(make_model(width), world, name.startswith("torch"))
+    else:
+        raise ValueError(f"bench zero: no row named {name!r}")
+    return net, adamw(net.parameters(), lr=LR)
 
 
-def _rank_main(rank, world, args) -> dict:
+def _skip(label: str, world: int, fsdp2: bool) -> str | None:
+    """Why a pair does not run here, or None."""
+    if label != "ZeRO-1 + DDP" and not fsdp2:
+        return no_fsdp2()
+    if label == "HSDP" and (world < 4 or world % 2):
+        return f"needs an even --world-size >= 4 (pairs of ranks), got {world}"
+    return None
+
+
+def _rank_main(rank: int, world: int, args) -> dict:
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.width, generator=g)
     y = torch.randint(0, 10, (args.batch,), generator=g)
-    rows = _rows(args.width, world, args.fsdp2)
-    times: dict[str, list[list[float]]] = {name: [] for name, _, _ in rows}
-
-    def step(net, opt) -> float:
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        nn.functional.cross_entropy(net(x), y).backward()
-        opt.step()
-        return time.perf_counter() - t0
-
-    for _, net, opt in rows:
-        for _ in range(args.warmup):
-            step(net, opt)
-    for r in range(args.rounds):
-        for name in times:
-            times[name].append([])
-        for _ in range(args.steps):
-            for name, net, opt in rows:
-                times[name][-1].append(step(net, opt))
-        if rank == 0:
-            done = ", ".join(f"{n} {statistics.median(t[-1]) * 1e3:.0f}" for n, t in times.items())
-            print(f"  [round {r + 1}/{args.rounds}] median ms: {done}", flush=True)
+    pairs, sent = {}, {}
+    for label, a, b, target in PAIRS:
+        if _skip(label, world, args.fsdp2):
+            continue
+        net_a, opt_a = build(a, args.width, world)
+        net_b, opt_b = build(b, args.width, world)
+        step_a = abba.train_step(net_a, opt_a, x, y)
+        step_b = abba.train_step(net_b, opt_b, x, y)
+        pairs[label] = abba.run_pair(rank, step_a, step_b, a, b, target, args.abba, args.warmup)
+        if b == "minidp hsdp":  # its own running count, over one more step
+            before = minidp.fsdp.traffic(net_b).sent_bytes
+            step_b()
+            sent["hsdp"] = minidp.fsdp.traffic(net_b).sent_bytes - before
+        del net_a, opt_a, net_b, opt_b, step_a, step_b
+        gc.collect()  # the next pair's models take their place
     loss = nn.functional.cross_entropy
-    sent = {
-        s: step_traffic(s, make_model(args.width), x, y, loss, torch.optim.AdamW, lr=LR)
-        for s in ("zero1", "zero2")
-    }
-    for name, net, _ in rows:  # HSDP: minidp's own count, all steps so far, per step
-        if name == "minidp hsdp":
-            steps = args.warmup + args.rounds * args.steps
-            sent["hsdp"] = minidp.fsdp.traffic(net).sent_bytes / steps
-    return {"times": times, "sent": sent}
+    for s in ("zero1", "zero2"):
+        sent[s] = step_traffic(s, make_model(args.width), x, y, loss, torch.optim.AdamW, lr=LR)
+    return {"pairs": pairs, "sent": sent}
 
 
-def _round_ms(results: list[dict], name: str) -> list[float]:
-    """Per round, the slowest rank's median step (a step is done when every rank is)."""
-    rounds = len(results[0]["times"][name])
-    return [
-        max(statistics.median(r["times"][name][i]) for r in results) * 1e3 for i in range(rounds)
-    ]
-
-
-def report(results: list[dict], world: int, numel: int) -> None:
-    ms = {name: _round_ms(results, name) for name in results[0]["times"]}
-    pairs = {"minidp zero1": "torch zero1", "minidp zero2": "torch fsdp2"}
-    pairs["minidp hsdp"] = "torch hsdp"
-    print(f"\n{'row':<16} {'step ms':>8}  {'ratio vs torch (min..max over rounds)':<40}")
-    print("-" * 66)
-    for name, rounds in ms.items():
-        ref = pairs.get(name)
-        text = ""
-        if ref in ms:
-            ratios = [a / b for a, b in zip(rounds, ms[ref])]
-            text = (
-                f"{statistics.median(ratios):.2f}x vs {ref} ({min(ratios):.2f}..{max(ratios):.2f})"
-            )
-        print(f"{name:<16} {statistics.median(rounds):>8.1f}  {text}")
+def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
+    pairs = results[0]["pairs"]  # every rank holds the same (shared) numbers
+    print(
+        f"\n{'pair':<13} {'torch ms':>9} {'minidp ms':>10} {'ratio':>7} {'95% interval':>14} "
+        f"{'blocks':>6}  {'vs 1.0':<13} target"
+    )
+    print("-" * 88)
+    for label, _a, _b, target in PAIRS:
+        why = _skip(label, world, fsdp2)
+        if why:
+            print(f"{label:<13} skipped: {why}")
+            continue
+        s = pairs[label]
+        ratio, low, high = s.interval
+        print(
+            f"{label:<13} {s.median_a * 1e3:>9.1f} {s.median_b * 1e3:>10.1f} {ratio:>6.3f}x "
+            f"{low:>6.3f}-{high:.3f}x {len(s.blocks):>6}  {s.verdict:<13} "
+            f"<= {target:.2f}x: {s.target_verdict}"
+        )
+    print()
+    for label in pairs:
+        print(f"verdict {label}: {pairs[label].sentence()}")
     mb = 4 * numel / 1e6
     ring = 2 * (world - 1) / world * mb
     sent = {s: statistics.mean(r["sent"][s] for r in results) / 1e6 for s in ("zero1", "zero2")}
@@ -188,30 +201,35 @@ def report(results: list[dict], world: int, numel: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="minidp bench zero", description=__doc__.split("\n")[0])
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--width", type=int, default=512, help="MLP width (512: 2.1M params)")
+    parser.add_argument("--width", type=int, default=WIDTH, help="MLP width (1440: 16.6M params)")
     parser.add_argument("--batch", type=int, default=64, help="samples per rank per step")
-    parser.add_argument("--steps", type=int, default=6, help="timed steps per row per round")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per row, first")
-    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
-    parser.add_argument("--quick", action="store_true", help="tiny model, 1 round: smoke run")
+    parser.add_argument("--quick", action="store_true", help="tiny model, 2 blocks: smoke run")
+    abba.add_arguments(parser, budget=90.0)
     args = parser.parse_args(argv)
     if args.quick:
-        args.width, args.steps, args.rounds, args.warmup = 64, 2, 1, 1
-    major, minor = (int(v) for v in torch.__version__.split(".")[:2])
-    args.fsdp2 = (major, minor) >= (2, 8)  # gloo's reduce-scatter
+        args.width, args.warmup, args.min_blocks, args.max_blocks = 64, 1, 2, 2
+    if args.world_size < 2:
+        parser.error(
+            f"--world-size: expected at least 2 ranks to shard over, got {args.world_size}"
+        )
+    if args.width < 1:
+        parser.error(f"--width: expected a positive MLP width, got {args.width}")
+    args.abba = abba.options(args, parser)
+    args.fsdp2 = no_fsdp2() is None
     numel = sum(p.numel() for p in make_model(args.width).parameters())
     print(
         f"bench zero: {args.world_size} ranks (processes, gloo), MLP {numel / 1e6:.2f} M params, "
-        f"AdamW, batch {args.batch} per rank, {args.rounds} rounds x {args.steps} steps per row "
-        f"(rows take turns), torch {torch.__version__}"
-        + ("" if args.fsdp2 else "; FSDP2 row skipped: gloo has no reduce-scatter before 2.8"),
+        f"AdamW, batch {args.batch} per rank; ABBA blocks per pair until the 95% interval is "
+        f"±{args.halfwidth:.0%} ({args.min_blocks}-{args.max_blocks} blocks, {args.budget:.0f} "
+        f"step-seconds at most); torch {torch.__version__}",
         flush=True,
     )
     t0 = time.perf_counter()
     with ProcessWorld(args.world_size, timeout=300) as world:
         results = world.run(_rank_main, args)
-    report(results, args.world_size, numel)
+    report(results, args.world_size, numel, args.fsdp2)
     print(f"\n(total {time.perf_counter() - t0:.0f} s)")
     return 0
 
