@@ -61,3 +61,40 @@ def _mismatch_then_ok(rank: int, world: int):
 def test_a_refused_call_leaves_the_next_one_correct():
     for z in run_threads(_mismatch_then_ok, 2):
         assert torch.equal(z, torch.full((4,), 2.0))
+
+
+class _Wrapped:
+    """A group-like object around a real group (as the exercise checker hands learners):
+    it gets the plain exchange, on the same gloo pairs as the parked receives."""
+
+    def __init__(self, group) -> None:
+        self._group = group
+
+    def rank(self) -> int:
+        return self._group.rank()
+
+    def size(self) -> int:
+        return self._group.size()
+
+    def send(self, tensors, dst: int, tag: int = 0):
+        return self._group.send(tensors, dst, tag)
+
+    def recv(self, tensors, src: int, tag: int = 0):
+        return self._group.recv(tensors, src, tag)
+
+
+def _raw_then_wrapped(rank: int, world: int):
+    g = groups.resolve()
+    x = torch.ones(3)
+    minidp.comm.all_reduce(x)  # parks the next header's receives on g
+    y = torch.ones(3)
+    minidp.comm.all_reduce(y, group=_Wrapped(g))  # plain exchange, same pairs
+    z = torch.ones(3)
+    minidp.comm.all_reduce(z)  # and the parked ones are still the next raw call's
+    return x, y, z
+
+
+def test_plain_and_ahead_exchanges_share_a_group_without_crossing():
+    for x, y, z in run_threads(_raw_then_wrapped, 2, timeout=20.0):
+        assert torch.equal(x, torch.full((3,), 2.0))
+        assert torch.equal(y, x) and torch.equal(z, x)

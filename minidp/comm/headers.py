@@ -36,6 +36,10 @@ import torch.distributed as dist
 from minidp.comm import p2p
 
 HEADER_TAG = 1 << 30  # header messages never match data messages (those use small tags)
+# Headers exchanged with receives posted ahead use a tag of their own: the same torch group
+# may also be used through a wrapper that gets the plain exchange (the checker's learner
+# group around it), and a plain receive must never queue behind a parked one.
+AHEAD_TAG = HEADER_TAG + 1
 
 # group -> {(channel, world): _Posted}: the receives for that group's next exchange. Weak
 # keys, and the parked works hold no reference to the group: a finished world's group is
@@ -49,11 +53,11 @@ class _Posted:
 
     __slots__ = ("bufs", "recvs")
 
-    def __init__(self, group, width: int) -> None:
+    def __init__(self, group, width: int, tag: int) -> None:
         world, rank = group.size(), group.rank()
         peers = [r for r in range(world) if r != rank]
         self.bufs = {r: torch.empty(width, dtype=torch.int64) for r in peers}  # (width,) each
-        self.recvs = [p2p.irecv(self.bufs[r], r, group, HEADER_TAG) for r in peers]
+        self.recvs = [p2p.irecv(self.bufs[r], r, group, tag) for r in peers]
 
 
 def _ahead(group) -> bool:
@@ -67,21 +71,22 @@ def exchange(group, mine: list[int]) -> list[list[int]]:
     rank, world = group.rank(), group.size()
     key = (p2p.current_channel(), world, len(mine))
     ahead = _ahead(group)
+    tag = AHEAD_TAG if ahead else HEADER_TAG
     posted = None
     if ahead:
         with _lock:
             posted = _posted.get(group, {}).pop(key, None)
     if posted is None:
-        posted = _Posted(group, len(mine))  # receives first: sends then find them posted
+        posted = _Posted(group, len(mine), tag)  # receives first: sends then find them posted
     else:
         for w in posted.recvs:
             w.group = group  # parked without it (see _posted)
     header = torch.tensor(mine, dtype=torch.int64)
-    sends = [p2p.isend(header, r, group, HEADER_TAG) for r in posted.bufs]
+    sends = [p2p.isend(header, r, group, tag) for r in posted.bufs]
     p2p.wait_all(posted.recvs)
     table = [mine if r == rank else posted.bufs[r].tolist() for r in range(world)]
     if ahead:  # the next exchange's receives, announced while this call goes on
-        parked = _Posted(group, len(mine))
+        parked = _Posted(group, len(mine), tag)
         for w in parked.recvs:
             w.group = None
         with _lock:
