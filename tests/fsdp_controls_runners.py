@@ -130,3 +130,35 @@ def reshard_to_vs_fsdp2(rank: int, world: int, k: int, steps: int = 2) -> dict:
             out["bytes"][str(reshard)] = sent - before
             before = sent
     return out
+
+
+def paramless_root_gathers(rank: int, world: int, steps: int = 2) -> list[tuple[int, int]]:
+    """A root with no parameters of its own (every Linear a unit): all-gathers per step of
+    minidp (trace) and FSDP2 (counted), and whether the losses were equal."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    def mlp() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+    mesh = init_device_mesh("cpu", (world,))
+    theirs, ours = mlp(), mlp()
+    for model, shard in ((theirs, lambda m: fully_shard(m, mesh=mesh)),
+                         (ours, minidp.fully_shard)):  # fmt: skip
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                shard(layer)
+        shard(model)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(rank))
+    out = []
+    for _ in range(steps):
+        with fsdp2_gathers() as n:
+            a = theirs(x).square().mean()
+            a.backward()
+        with trace.recording() as rec:
+            b = ours(x).square().mean()
+            b.backward()
+        ran = sum(e["name"].startswith("all-gather") for e in rec.events)
+        out.append((ran, n[0], torch.equal(a.detach(), b.detach())))
+    return out

@@ -18,7 +18,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fsdp_controls_runners import BLOCKS, controls_vs_fsdp2, reshard_to_vs_fsdp2
+from fsdp_controls_runners import (
+    BLOCKS,
+    controls_vs_fsdp2,
+    paramless_root_gathers,
+    reshard_to_vs_fsdp2,
+)
 from helpers import FSDP2_UNUSABLE
 from test_fsdp_support import TinyLM
 
@@ -116,3 +121,12 @@ def _bad_control(rank, world, what):
 def test_bad_control_is_a_clear_error(what, error, pattern):
     with pytest.raises(WorkerError, match=pattern):
         run_threads(_bad_control, 2, what, timeout=30)
+
+
+@needs_fsdp2
+def test_a_root_without_parameters_gathers_nothing_like_fsdp2(process_world):
+    """Every Linear its own unit, the root holding none: FSDP2 makes no all-gather for the
+    root, and neither does minidp (it once ran an empty one, header check included)."""
+    for per_step in process_world(2).run(paramless_root_gathers):
+        for ours, theirs, same_loss in per_step:
+            assert (ours, theirs) == (4, 4) and same_loss, per_step

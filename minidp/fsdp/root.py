@@ -86,6 +86,9 @@ class Root:
         return result
 
     def _gather(self, unit) -> None:
+        if not unit.shapes:  # nothing to gather (``Unit.gather_full``): no all-gather to trace
+            unit.gather()
+            return
         with trace.span(f"all-gather {unit.label}", lane="comm"):
             self._counted(unit.gather)
         self._note_peak()  # a prefetched unit lands while another one computes

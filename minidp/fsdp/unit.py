@@ -180,6 +180,8 @@ class FSDPUnit:
 
     def gather_full(self, dtype: torch.dtype) -> list[torch.Tensor]:
         """All-gather: every full parameter as a new tensor in ``dtype`` (a collective)."""
+        if not self.shapes:  # a root whose layers are all units of their own: like FSDP2,
+            return []  # no parameters, no collective (an empty one still costs a check)
         local = self.flat_shards(dtype)  # (T,) rank-local
         rows = [torch.empty_like(local) for _ in range(self.world)]
         all_gather(rows, local, group=self.group)
