@@ -4,11 +4,15 @@ Starting a rank process costs about a second (it imports torch), so tests do not
 per test: ``process_world(n)`` returns a cached ``ProcessWorld`` of ``n`` ranks, started on
 first use and restarted only if a test broke it (a failing rank marks it broken).
 Functions sent to the ranks must be module-level (picklable).
+
+The lessons' runs start when collection ends and run beside the other tests; the lesson
+tests, which collect them, run last (``lesson_runs.py`` says why).
 """
 
 from __future__ import annotations
 
 import pytest
+import test_lessons
 import torch
 from torch_versions import verified_line
 
@@ -18,6 +22,21 @@ from minidp.launch import ProcessWorld
 def pytest_terminal_summary(terminalreporter):
     """One line before pytest's own summary: which torch ran, and the newest verified one."""
     terminalreporter.write_line(verified_line(torch.__version__))
+
+
+def pytest_collection_modifyitems(items):
+    """The lesson tests last (a stable sort: every other test keeps its order)."""
+    items.sort(key=lambda item: getattr(item.module, "__name__", "") == "test_lessons")
+
+
+def pytest_collection_finish(session):
+    test_lessons.start_runs(session)
+
+
+def pytest_sessionfinish(session):
+    runs = session.config.stash.get(test_lessons.RUNS, None)
+    if runs is not None:
+        runs.stop()  # after an interrupted or -x run: no lesson left running
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,12 @@
 Run: ``pytest tests/test_lessons.py`` (every lesson as a script, about 2 minutes on 2 cores)
 and ``pytest -m notebook tests/test_lessons.py`` (every lesson as a notebook, about 2).
 
-The lessons are started all at once, two at a time (``MINIDP_LESSON_FAST=1``), in one of two
-forms: as a subprocess exactly as a learner runs it (``python lessons/NN_name.py``), or as a
-notebook (jupytext converts the ``# %%`` cells, nbclient executes them in a Jupyter kernel:
-``tests/scripts/run_notebook.py``); each test then waits for its own run. A lesson passes
+The lessons start when collection ends (``MINIDP_LESSON_FAST=1``), one at a time beside
+the rest of the suite and two at a time once their tests come up, last
+(``lesson_runs.py``), in one of two forms: as a subprocess exactly as a learner runs it
+(``python lessons/NN_name.py``), or as a notebook (jupytext converts the ``# %%`` cells,
+nbclient executes them in a Jupyter kernel: ``tests/scripts/run_notebook.py``); each
+test then waits for its own run. A lesson passes
 when it exits 0 and prints "All N checks passed." — its checks assert, so a failing
 comparison with torch fails the lesson.
 
@@ -18,70 +20,50 @@ second command rather than every test run paying for each lesson twice.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from lesson_runs import LESSONS_DIR, LessonRuns
 
-LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
 LESSONS = sorted(p.name for p in LESSONS_DIR.glob("[0-9][0-9]_*.py"))
 NOTEBOOK_RUNNER = Path(__file__).resolve().parent / "scripts" / "run_notebook.py"
+RUNS = pytest.StashKey[LessonRuns]()
 PARALLEL = 2  # the machine has 2 cores; multi-rank lessons start their own processes
-TIMEOUT_S = 240
 
 
-def _env() -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env.update(MINIDP_LESSON_FAST="1", NO_COLOR="1", PYTHONUNBUFFERED="1")
-    # The lessons teach on CPU: 03, 04 and 16 check torch.nn.DataParallel's no-GPU
-    # behaviour (the plain module), which a GPU host would replace with cuda:0.
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    return env
-
-
-def _run(argv: list[str], stdin: str | None = None) -> tuple[int, str, float]:
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        argv,
-        cwd=LESSONS_DIR,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        env=_env(),
-    )
-    return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - t0
-
-
-@pytest.fixture(scope="module")
-def lesson_runs(request):
-    """Start the selected lessons now (scripts, then notebooks); tests collect the results."""
-    wanted = {  # only what this session will check: "-k 08_" runs one lesson, not all
+def start_runs(session: pytest.Session) -> LessonRuns | None:
+    """Start the selected lessons (conftest, when collection ends), one at a time for now:
+    the rest of the suite runs beside them. ``-k 08_`` starts one lesson, not all."""
+    wanted = {
         (item.callspec.params["how"], item.callspec.params["name"])
-        for item in request.session.items
+        for item in session.items
         if item.originalname == "test_lesson_runs_and_checks_pass"
     }
-    pool = ThreadPoolExecutor(max_workers=PARALLEL)
-    # the longest lessons first, so the pool is not left waiting on one at the end
+    if not wanted:
+        return None
+    # the longest lessons first, so the runs do not end waiting on one
     order = sorted(LESSONS, key=lambda name: not name.startswith(("17", "05", "10", "06")))
     argv = {
         "script": lambda name: [sys.executable, name],
         # jupytext converts the # %% cells, nbclient runs them in a Jupyter kernel
         "notebook": lambda name: [sys.executable, str(NOTEBOOK_RUNNER), name],
     }
-    runs: dict[tuple[str, str], Future] = {
-        (how, name): pool.submit(_run, argv[how](name))
-        for how in argv
-        for name in order
-        if (how, name) in wanted
-    }
-    yield runs
-    pool.shutdown(wait=True)
+    jobs = {(how, name): argv[how](name) for how in argv for name in order if (how, name) in wanted}
+    runs = LessonRuns(jobs)
+    runs.widen(1)
+    session.config.stash[RUNS] = runs
+    return runs
+
+
+@pytest.fixture(scope="module")
+def lesson_runs(request) -> LessonRuns:
+    """The runs started at collection; the lesson tests run last, so from here on nothing
+    else competes for the cores: two lessons at a time."""
+    runs = request.config.stash[RUNS]
+    runs.widen(PARALLEL)
+    return runs
 
 
 def test_every_lesson_is_here():
@@ -95,7 +77,7 @@ def test_every_lesson_is_here():
 @pytest.mark.parametrize("how", ["script", pytest.param("notebook", marks=pytest.mark.notebook)])
 @pytest.mark.parametrize("name", LESSONS)
 def test_lesson_runs_and_checks_pass(lesson_runs, name, how):
-    rc, out, seconds = lesson_runs[how, name].result()
+    rc, out, seconds = lesson_runs.result((how, name))
     assert rc == 0, f"{name} ({how}) exited {rc} after {seconds:.1f}s:\n{out[-4000:]}"
     assert "[fast mode]" in out
     done = re.search(r"All (\d+) checks passed\.", out)

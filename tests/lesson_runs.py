@@ -1,0 +1,143 @@
+"""The lessons' runs, started when collection ends and run beside the rest of the suite.
+
+Why: each lesson is a subprocess that imports torch and starts its own rank processes —
+about four minutes of work on 2 cores. Most other tests wait on messages between ranks
+and leave a core idle, so one lesson at a time runs beside them from the start, and a
+second joins when the lesson tests come up (``conftest.py`` puts them last) and nothing
+else is left to run. Each lesson test then only collects its own run.
+
+The lessons run under one runner process (this file as a script), not as the test
+process's own children: the launcher tests check that no child of theirs outlives a
+world (``child_processes() <= before``), and a lesson starting beside them would read as
+a leftover. The runner starts before any test, so it is in every snapshot. It reads
+``widen N`` lines on stdin, writes one JSON line per finished run, and kills its lessons
+when stdin closes (the test process ended, however it ended).
+
+Used by ``conftest.py`` (start, widen, stop) and ``test_lessons.py`` (results).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+
+LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
+TIMEOUT_S = 240  # one lesson, even on a loaded machine
+
+
+def lesson_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(MINIDP_LESSON_FAST="1", NO_COLOR="1", PYTHONUNBUFFERED="1")
+    # The lessons teach on CPU: 03, 04 and 16 check torch.nn.DataParallel's no-GPU
+    # behaviour (the plain module), which a GPU host would replace with cuda:0.
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+class LessonRuns:
+    """The test process's side: ``key -> argv`` runs handed to the runner; ``result`` waits."""
+
+    def __init__(self, jobs: dict[tuple[str, str], list[str]]) -> None:
+        self._futures: dict[tuple[str, str], Future] = {key: Future() for key in jobs}
+        self._runner = subprocess.Popen(
+            [sys.executable, __file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=lesson_env(),
+        )
+        self._send({"jobs": [[list(key), argv] for key, argv in jobs.items()]})
+        threading.Thread(target=self._collect, name="lesson-results", daemon=True).start()
+
+    def widen(self, workers: int) -> None:
+        """Run up to ``workers`` lessons at once from now on."""
+        self._send({"widen": workers})
+
+    def result(self, key: tuple[str, str]) -> tuple[int, str, float]:
+        """``(exit code, output, seconds)`` of that run, once it has finished."""
+        return self._futures[key].result()
+
+    def stop(self) -> None:
+        """End the runner, which kills what still runs (their ranks follow their parent)."""
+        try:
+            self._runner.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._runner.wait(30)
+        except subprocess.TimeoutExpired:
+            self._runner.kill()
+
+    def _send(self, message: dict) -> None:
+        self._runner.stdin.write(json.dumps(message) + "\n")
+        self._runner.stdin.flush()
+
+    def _collect(self) -> None:
+        for line in self._runner.stdout:
+            key, rc, out, seconds = json.loads(line)
+            self._futures[tuple(key)].set_result((rc, out, seconds))
+        for future in self._futures.values():  # the runner ended before this run did
+            if not future.done():
+                future.set_result((-1, "the lesson runner ended before this lesson ran", 0.0))
+
+
+def _run_one(argv: list[str], procs: set, lock: threading.Lock) -> tuple[int, str, float]:
+    t0 = time.perf_counter()
+    with lock:
+        proc = subprocess.Popen(
+            argv,
+            cwd=LESSONS_DIR,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        procs.add(proc)
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        rc, out = -9, f"{out}\n[killed after the {TIMEOUT_S}s timeout]"
+    with lock:
+        procs.discard(proc)
+    return rc, out, time.perf_counter() - t0
+
+
+def serve() -> None:
+    """The runner: run the jobs from stdin, ``widen`` workers at a time; report on stdout."""
+    first = json.loads(sys.stdin.readline())
+    queue = [(tuple(key), argv) for key, argv in first["jobs"]]
+    procs: set[subprocess.Popen] = set()
+    lock = threading.Lock()
+
+    def drain() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                key, argv = queue.pop(0)
+            rc, out, seconds = _run_one(argv, procs, lock)
+            with lock:
+                print(json.dumps([key, rc, out, seconds]), flush=True)
+
+    workers = 0
+    for line in sys.stdin:  # until the test process closes stdin (or dies)
+        while workers < json.loads(line)["widen"]:
+            threading.Thread(target=drain, daemon=True).start()
+            workers += 1
+    with lock:
+        queue.clear()
+        for proc in procs:
+            proc.kill()
+
+
+if __name__ == "__main__":
+    serve()
