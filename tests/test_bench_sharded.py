@@ -13,20 +13,23 @@ import struct
 
 import pytest
 
-from minidp.bench import fsdp, scaling, zero
+from minidp.bench import fsdp, phases, scaling, zero
 
 FSDP2 = zero.no_fsdp2() is None
 VERDICT = r"target <= \d\.\d\dx: (meets it|misses it|inconclusive) \("
 
 
 @pytest.mark.slow
-def test_bench_zero_quick_prints_a_verdict_per_pair(capsys):
-    assert zero.main(["--quick"]) == 0
+def test_bench_zero_quick_prints_a_verdict_and_phases_per_pair(capsys):
+    assert zero.main(["--quick", "--breakdown"]) == 0
     out = capsys.readouterr().out
     labels = ["ZeRO-1 + DDP", "ZeRO-2"] if FSDP2 else ["ZeRO-1 + DDP"]
     for label in labels:
         line = next(x for x in out.splitlines() if x.startswith(f"verdict {label}:"))
         assert re.search(VERDICT, line) and "95% interval" in line and "ABBA blocks" in line
+        section = out.split(f"\n{label}:\n", 1)[1]  # its phase table, torch's side first
+        for phase in ("forward", "backward", "step", "total"):
+            assert re.search(rf"^  {phase} +\d+\.\d +\d+\.\d   \d+\.\d\dx$", section, re.M), phase
     assert "HSDP          skipped: needs an even --world-size >= 4" in out
     assert "ZeRO-2 (reduce-scatter + all-gather)" in out  # the bytes section stays
 
@@ -76,6 +79,11 @@ def test_bench_scaling_quick_writes_a_png_and_the_table(tmp_path, capsys):
         (scaling, ["--world-size", "1"], r"--world-size: expected at least 2 ranks, got 1"),
         (scaling, ["--steps", "0"], r"--steps >= 1 and --warmup >= 0 expected, got 0"),
         (zero, ["--world-size", "1"], r"--world-size: expected at least 2 ranks .*got 1"),
+        (
+            zero,
+            ["--breakdown-steps", "0"],
+            r"--breakdown-steps: expected positive .*got 1440 and 0",
+        ),
         (zero, ["--halfwidth", "0"], r"--halfwidth: expected a fraction in \(0, 1\).*got 0.0"),
         (fsdp, ["--world-size", "0"], r"--world-size: expected at least 2 ranks .*got 0"),
         (fsdp, ["--min-blocks", "9", "--max-blocks", "3"], r"expected 1 <= min <= max, got 9"),
@@ -87,3 +95,16 @@ def test_bad_input_is_a_usage_error_before_any_process_starts(bench, argv, match
         bench.main(argv)
     assert exit_info.value.code == 2
     assert re.search(match, capsys.readouterr().err)
+
+
+def test_phase_table_reads_medians_and_the_ratio_of_the_second_side():
+    """Synthetic seconds, no clocks: medians per phase (and of the totals), minidp / torch."""
+    times = {
+        "torch": [[0.010, 0.020, 0.030], [0.012, 0.022, 0.032], [0.090, 0.020, 0.030]],
+        "minidp": [[0.011, 0.040, 0.030], [0.013, 0.044, 0.036], [0.012, 0.042, 0.033]],
+    }
+    rows = {line.split()[0]: line.split()[1:] for line in phases.format_phases(times)[3:]}
+    assert rows["forward"] == ["12.0", "12.0", "1.00x"]
+    assert rows["backward"] == ["20.0", "42.0", "2.10x"]
+    assert rows["step"] == ["30.0", "33.0", "1.10x"]
+    assert rows["total"] == ["66.0", "87.0", "1.32x"]  # median of the totals, not a sum

@@ -30,18 +30,17 @@ import sys
 import time
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 import minidp
 from minidp import trace
 from minidp.bench import abba
 from minidp.bench.ddp import make_model
+from minidp.bench.phases import format_phases, take_turns
 from minidp.bench.zero import LR, WIDTH, no_fsdp2, torch_fsdp2
 from minidp.launch import ProcessWorld
 
 TARGET = 1.05
-PHASES = ("forward", "backward", "step")
 
 
 def _minidp_fsdp(model: nn.Module) -> nn.Module:
@@ -50,19 +49,6 @@ def _minidp_fsdp(model: nn.Module) -> nn.Module:
         if isinstance(layer, nn.Linear):
             minidp.fully_shard(layer)
     return minidp.fully_shard(model)
-
-
-def _phases(net, opt, x, y) -> list[float]:
-    """One step, its three phases' seconds (after a barrier, so ranks start together)."""
-    dist.barrier()
-    t0 = time.perf_counter()
-    opt.zero_grad()
-    loss = nn.functional.cross_entropy(net(x), y)
-    t1 = time.perf_counter()
-    loss.backward()
-    t2 = time.perf_counter()
-    opt.step()
-    return [t1 - t0, t2 - t1, time.perf_counter() - t2]
 
 
 def _rank_main(rank: int, world: int, args) -> dict:
@@ -96,11 +82,7 @@ def _rank_main(rank: int, world: int, args) -> dict:
         sides = {"minidp fsdp": (mine, mine_opt)}
         if args.fsdp2:
             sides = {"torch fsdp2": (theirs, theirs_opt), **sides}
-        times: dict[str, list[list[float]]] = {name: [] for name in sides}
-        for _ in range(args.breakdown_steps):  # the sides take turns step by step
-            for name, (net, opt) in sides.items():
-                times[name].append(abba.slowest_rank(_phases(net, opt, x, y)))
-        out["phases"] = times
+        out["phases"] = take_turns(sides, x, y, args.breakdown_steps)
     return out
 
 
@@ -139,19 +121,8 @@ def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
             "no parameters: an empty collective FSDP2 does not make)"
         )
     if "phases" in r0:
-        sides = list(r0["phases"])
-        steps = len(r0["phases"][sides[0]])
-        print(f"\nphases, median ms at the slowest rank ({steps} steps each, sides taking turns;")
-        print("  forward includes zero_grad and the loss):")
-        print(
-            f"  {'phase':<10}"
-            + "".join(f"{n:>14}" for n in sides)
-            + ("   minidp/torch" if len(sides) == 2 else "")
-        )
-        for i, phase in enumerate(PHASES):
-            med = [statistics.median(t[i] for t in r0["phases"][n]) * 1e3 for n in sides]
-            ratio = f"   {med[1] / med[0]:.2f}x" if len(med) == 2 else ""
-            print(f"  {phase:<10}" + "".join(f"{m:>14.1f}" for m in med) + ratio)
+        print()
+        print("\n".join(format_phases(r0["phases"])))
 
 
 def main(argv: list[str] | None = None) -> int:

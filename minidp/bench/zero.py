@@ -2,6 +2,7 @@
 
     python -m minidp bench zero                   # 2 ranks, 16.6 M params: a few minutes
     python -m minidp bench zero --world-size 4    # adds the HSDP pair (pairs of ranks)
+    python -m minidp bench zero --breakdown       # also forward / backward / step apart
     python -m minidp bench zero --quick           # seconds, tiny model: a smoke run
 
 Pairs, torch's first (A) and minidp's second (B); each step on every rank is forward +
@@ -26,6 +27,10 @@ target, faster / slower / inconclusive against 1.0. Bytes sent are counted for m
 (``count_traffic``, one step, per rank, mean over ranks) and given by theory for torch
 (gloo's traffic is not visible from Python).
 
+``--breakdown`` times each pair's phases apart after its verdict (``phases.py``): where a
+gap comes from — DDP's all-reduce shows in backward, ZeRO-1's broadcast and ZeRO-2's
+all-gather in the optimizer step.
+
 Test: ``pytest tests/test_bench_sharded.py -k zero``; ``pytest tests/test_memory.py -m slow
 -k bench`` (the bytes at 4 ranks).
 """
@@ -44,6 +49,7 @@ from torch import nn
 import minidp
 from minidp.bench import abba
 from minidp.bench.ddp import make_model
+from minidp.bench.phases import format_phases, take_turns
 from minidp.launch import ProcessWorld
 from minidp.zero import Zero2Optimizer
 from minidp.zero.stages import step_traffic
@@ -129,7 +135,7 @@ def _rank_main(rank: int, world: int, args) -> dict:
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.width, generator=g)
     y = torch.randint(0, 10, (args.batch,), generator=g)
-    pairs, sent = {}, {}
+    pairs, sent, phases = {}, {}, {}
     for label, a, b, target in PAIRS:
         if _skip(label, world, args.fsdp2):
             continue
@@ -138,6 +144,9 @@ def _rank_main(rank: int, world: int, args) -> dict:
         step_a = abba.train_step(net_a, opt_a, x, y)
         step_b = abba.train_step(net_b, opt_b, x, y)
         pairs[label] = abba.run_pair(rank, step_a, step_b, a, b, target, args.abba, args.warmup)
+        if args.breakdown:
+            sides = {a: (net_a, opt_a), b: (net_b, opt_b)}
+            phases[label] = take_turns(sides, x, y, args.breakdown_steps)
         if b == "minidp hsdp":  # its own running count, over one more step
             before = minidp.fsdp.traffic(net_b).sent_bytes
             step_b()
@@ -147,7 +156,7 @@ def _rank_main(rank: int, world: int, args) -> dict:
     loss = nn.functional.cross_entropy
     for s in ("zero1", "zero2"):
         sent[s] = step_traffic(s, make_model(args.width), x, y, loss, torch.optim.AdamW, lr=LR)
-    return {"pairs": pairs, "sent": sent}
+    return {"pairs": pairs, "sent": sent, "phases": phases}
 
 
 def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
@@ -172,6 +181,9 @@ def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
     print()
     for label in pairs:
         print(f"verdict {label}: {pairs[label].sentence()}")
+    for label, times in results[0]["phases"].items():
+        print(f"\n{label}:")
+        print("\n".join(format_phases(times)))
     mb = 4 * numel / 1e6
     ring = 2 * (world - 1) / world * mb
     sent = {s: statistics.mean(r["sent"][s] for r in results) / 1e6 for s in ("zero1", "zero2")}
@@ -205,17 +217,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="samples per rank per step")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per row, first")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    parser.add_argument("--breakdown", action="store_true", help="time forward/backward/step apart")
+    parser.add_argument("--breakdown-steps", type=int, default=10, help="steps per side (10)")
     parser.add_argument("--quick", action="store_true", help="tiny model, 2 blocks: smoke run")
     abba.add_arguments(parser, budget=90.0)
     args = parser.parse_args(argv)
     if args.quick:
         args.width, args.warmup, args.min_blocks, args.max_blocks = 64, 1, 2, 2
+        args.breakdown_steps = 2
     if args.world_size < 2:
         parser.error(
             f"--world-size: expected at least 2 ranks to shard over, got {args.world_size}"
         )
-    if args.width < 1:
-        parser.error(f"--width: expected a positive MLP width, got {args.width}")
+    if args.width < 1 or args.breakdown_steps < 1:
+        parser.error(
+            f"--width and --breakdown-steps: expected positive integers, got {args.width} "
+            f"and {args.breakdown_steps}"
+        )
     args.abba = abba.options(args, parser)
     args.fsdp2 = no_fsdp2() is None
     numel = sum(p.numel() for p in make_model(args.width).parameters())
