@@ -4,7 +4,7 @@
 * :func:`naive_all_reduce` — the parameter server, kept beside the ring to compare.
 * :func:`all_reduce` — "auto" by default: small tensors in one exchange
   (``direct.py``, the ring's bits), the ring above 256 KiB; or ``algorithm=``.
-* :func:`broadcast`, :func:`all_gather`,
+* :func:`broadcast` (and :func:`broadcast_many`, several at once), :func:`all_gather`,
   :func:`reduce_scatter`, :func:`barrier`.
 * :func:`count_traffic` — bytes and messages per rank, to measure the two algorithms.
 * :func:`channel` — a tag space of this thread's own, for collectives that run on the
@@ -14,7 +14,8 @@ Test: ``pytest tests/test_collectives.py``; benchmark: ``python -m minidp bench 
 """
 
 from minidp.comm.agree import checked
-from minidp.comm.collectives import all_gather, all_reduce, barrier, broadcast, reduce_scatter
+from minidp.comm.broadcasts import broadcast, broadcast_many
+from minidp.comm.collectives import all_gather, all_reduce, barrier, reduce_scatter
 from minidp.comm.errors import CollectiveError, CollectiveTimeout, MismatchError, PeerError
 from minidp.comm.group import get_rank, get_world_size, use_group
 from minidp.comm.naive import naive_all_reduce
@@ -32,6 +33,7 @@ __all__ = [
     "all_reduce",
     "barrier",
     "broadcast",
+    "broadcast_many",
     "channel",
     "checked",
     "count_traffic",

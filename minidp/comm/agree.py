@@ -51,6 +51,7 @@ KINDS = (
     "reduce_scatter",
     "barrier",
     "textbook_ring_all_reduce",
+    "broadcast_many",
 )
 # all_reduce's algorithms, named in the header's extra field: "auto" picks one per size, so
 # ranks calling with different sizes or algorithms must fail the check, not exchange
@@ -154,7 +155,8 @@ def check_input(tensor, who: str) -> None:
         ops.check_dtype(tensor, None, who)  # raises, listing the supported dtypes
 
 
-def _input_ok(tensor) -> bool:
+def input_ok(tensor) -> bool:
+    """Whether a collective can send ``tensor`` at all (no exception: see check_input)."""
     try:
         check_input(tensor, "")
     except (TypeError, ValueError):
@@ -165,7 +167,7 @@ def _input_ok(tensor) -> bool:
 def _encode(kind: str, tensor: torch.Tensor | None, op: str | None, extra: int) -> list[int]:
     h = [-1] * _HEADER
     h[0] = KINDS.index(kind)
-    if tensor is not None and not _input_ok(tensor):
+    if tensor is not None and not input_ok(tensor):
         h[2] = _BAD_INPUT  # shape unknown or meaningless: the verdict names the rank
     elif tensor is not None:
         h[1] = tensor.numel()

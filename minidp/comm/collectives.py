@@ -4,9 +4,7 @@ All built from ``p2p`` send/recv; signatures mirror ``torch.distributed``. Each 
 first runs the cross-rank header check (``agree.py``), so mismatched calls raise on every
 rank instead of hanging.
 
-* ``broadcast``: the root sends the whole tensor to every rank (``n-1`` messages from the
-  root). Simple on purpose: DDP uses it once at start-up and for buffers. ``src`` is a
-  global rank, as in torch (``group_src`` a rank within the group).
+* ``broadcast`` (``broadcasts.py``): the root sends the whole tensor to every rank.
 * ``all_gather`` and ``reduce_scatter``: one trip round the ring (``ring.ring_pass``), the
   two halves of ring all-reduce on their own.
 * ``barrier``: the header exchange alone — all-to-all, so no rank leaves before it has
@@ -25,7 +23,7 @@ from minidp.comm import agree, ops, p2p
 from minidp.comm import group as groups
 from minidp.comm.direct import SMALL_BYTES, direct_all_reduce
 from minidp.comm.naive import naive_all_reduce
-from minidp.comm.ring import ring_all_reduce, ring_pass, unexpanded
+from minidp.comm.ring import ring_all_reduce, ring_pass
 
 ALGORITHMS = ("auto", "ring", "direct", "naive", "textbook")
 _SEGMENT_BYTES = 1 << 20  # pipeline all-gather / reduce-scatter in 1 MiB messages, like gloo
@@ -52,71 +50,6 @@ def all_reduce(tensor: torch.Tensor, op="sum", group=None, algorithm: str = "aut
     if algorithm == "naive":
         return naive_all_reduce(tensor, op, group)
     raise ValueError(f"all_reduce: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
-
-
-def _check_src(src: int, world: int, who: str) -> None:
-    if not isinstance(src, int) or not 0 <= src < world:
-        raise ValueError(
-            f"{who}: src must be a rank in [0, {world - 1}] for this group of {world}, got {src!r}"
-        )
-
-
-def _group_root(g, src, group_src, who: str) -> int:
-    """The root's group rank from ``src`` (global, like torch) or ``group_src`` (in-group)."""
-    if src is not None and group_src is not None:
-        raise ValueError(
-            f"{who}: got both src={src!r} and group_src={group_src!r} — expected one of them "
-            "(src: a global rank; group_src: a rank within the group)"
-        )
-    if group_src is not None:
-        return group_src
-    return groups.to_group_rank(g, 0 if src is None else src, who, "src")
-
-
-@torch.no_grad()  # like c10d: a collective is not part of the autograd graph
-def broadcast(
-    tensor: torch.Tensor, src: int | None = None, group=None, group_src: int | None = None
-) -> torch.Tensor:
-    """Copy ``tensor`` from the root to every rank, in place; returns it.
-
-    The root is ``src``, a *global* rank as in ``torch.distributed`` (default 0), or
-    ``group_src``, its rank within ``group``. On a subgroup [1, 2], ``src=1`` and
-    ``group_src=0`` name the same rank.
-    """
-    g = groups.resolve(group)
-    if groups.skip_if_not_member(g, "broadcast"):
-        return tensor
-    memory = unexpanded(tensor)  # x.expand(...): each memory location once, like gloo
-    if memory is not None:
-        broadcast(memory, src, group, group_src)
-        return tensor
-    rank, world = g.rank(), g.size()
-    with p2p.operation("broadcast"):
-        try:
-            root, error = _group_root(g, src, group_src, "broadcast"), None
-        except ValueError as exc:  # agree first, so every rank raises together
-            root, error = -1, exc
-        agree.agree(
-            g,
-            "broadcast",
-            tensor,
-            None,
-            extra=root if isinstance(root, int) else -1,
-            extra_name="group_src",
-        )
-        if error is not None:
-            raise error
-        _check_src(root, world, "broadcast")
-        if world == 1 or tensor.numel() == 0:
-            return tensor
-
-        def body(flat: torch.Tensor) -> None:
-            if rank == root:
-                p2p.wait_all([p2p.isend(flat, r, g) for r in range(world) if r != root])
-            else:
-                p2p.irecv(flat, root, g).wait()
-
-        return ops.flat_inplace(tensor, body)
 
 
 def _even_chunks(n: int, world: int, element_size: int) -> tuple[list[tuple[int, int]], int]:

@@ -173,3 +173,27 @@ def recv(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> None:
 def wait_all(works: list[Work]) -> None:
     for w in works:
         w.wait()
+
+
+class Pending:
+    """What a collective called with ``async_op=True`` returns (torch returns a ``Work``):
+    its messages are in flight; :meth:`wait` finishes them, then ``finish()`` (a copy back
+    into a non-contiguous tensor, say). Errors name the collective, as a blocking call's do.
+    """
+
+    __slots__ = ("works", "name", "finish", "done")
+
+    def __init__(self, works: list[Work], name: str, finish=None) -> None:
+        self.works, self.name, self.finish, self.done = works, name, finish, False
+
+    def wait(self) -> bool:
+        if not self.done:
+            with operation(self.name):
+                wait_all(self.works)
+            if self.finish is not None:
+                self.finish()
+            self.done = True
+        return True
+
+    def is_completed(self) -> bool:
+        return self.done
