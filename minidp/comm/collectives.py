@@ -63,7 +63,7 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None
     g = groups.resolve(group)
     if groups.skip_if_not_member(g, "all_gather"):
         return tensor_list
-    rank, world = g.rank(), g.size()
+    world = g.size()
     with p2p.operation("all_gather"):
         agree.agree(
             g, "all_gather", tensor, None, extra=len(tensor_list), extra_name="len(tensor_list)"
@@ -81,13 +81,46 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None
                 )
         n = tensor.numel()
         flat = torch.empty(world * n, dtype=tensor.dtype)  # (world * numel,) rank-local
-        flat[rank * n : (rank + 1) * n] = tensor.reshape(-1)
-        if n and world > 1:
-            chunks, seg = _even_chunks(n, world, tensor.element_size())
-            ring_pass(flat, chunks, seg, g, None, 0, world - 1)
+        _gather_pass(flat, tensor, g)
         for i, out in enumerate(tensor_list):
             out.copy_(flat[i * n : (i + 1) * n].view(out.shape))
         return tensor_list
+
+
+@torch.no_grad()
+def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, group=None) -> torch.Tensor:
+    """Rank r's ``input`` into ``output[r*n:(r+1)*n]`` (``output``: contiguous, ``world * n``
+    elements) on every rank; returns ``output``. torch's name; what ZeRO-2's step uses: no
+    list of outputs, no buffer of its own (``input`` may be this rank's slice of
+    ``output``)."""
+    g = groups.resolve(group)
+    if groups.skip_if_not_member(g, "all_gather"):
+        return output
+    world = g.size()
+    with p2p.operation("all_gather_into_tensor"):
+        agree.agree(g, "all_gather", input, None, extra=world, extra_name="len(tensor_list)")
+        if (
+            output.numel() != world * input.numel()
+            or output.dtype != input.dtype
+            or not output.is_contiguous()
+        ):
+            raise ValueError(
+                f"all_gather_into_tensor: expected a contiguous {input.dtype} output of "
+                f"{world} x {input.numel()} elements, got {tuple(output.shape)} {output.dtype}"
+                f"{'' if output.is_contiguous() else ' (not contiguous)'} — one input's worth "
+                "per rank"
+            )
+        _gather_pass(output.view(-1), input, g)
+        return output
+
+
+def _gather_pass(flat: torch.Tensor, tensor: torch.Tensor, g) -> None:
+    """This rank's ``tensor`` into its slot of ``flat`` (``(world * n,)``), then the ring."""
+    rank, world, n = g.rank(), g.size(), tensor.numel()
+    flat[rank * n : (rank + 1) * n] = tensor.reshape(-1)
+    if n and world > 1:
+        chunks, seg = _even_chunks(n, world, tensor.element_size())
+        ring_pass(flat, chunks, seg, g, None, 0, world - 1)
 
 
 @torch.no_grad()  # like c10d: a collective is not part of the autograd graph

@@ -61,8 +61,9 @@ from typing import Any
 
 import torch
 
-from minidp.comm import all_gather, broadcast, reduce_scatter
+from minidp.comm import broadcast, reduce_scatter
 from minidp.comm import group as groups
+from minidp.comm.collectives import all_gather_into_tensor
 from minidp.ddp.buckets import MB, compute_bucket_assignment_by_size
 from minidp.zero import checks, zero2_checks, zero2_hooks, zero2_state
 from minidp.zero.zero2_grads import FreedGrad
@@ -177,11 +178,11 @@ class Zero2Optimizer(torch.optim.Optimizer):
             bucket.send = torch.zeros(
                 self.world_size * bucket.segment, dtype=bucket.shard_grad.dtype
             )
-        flat = p.grad.detach().reshape(-1) / self.world_size  # DDP's pre-division; row-major
-        for r in range(self.world_size):
+        flat = p.grad.detach().reshape(-1)  # row-major (a view where p.grad is contiguous)
+        for r in range(self.world_size):  # DDP's pre-division, written straight into place
             rows = piece.rank_rows(flat, r)
             at = r * bucket.segment + piece.offset
-            bucket.send[at : at + rows.numel()] = rows
+            torch.div(rows, self.world_size, out=bucket.send[at : at + rows.numel()])
         # the full gradient is gone: only the shard survives, and a stand-in that knows where
         # (clip_grad_norm_ on the model's parameters then gets the global norm)
         p.grad = FreedGrad.make(p, bucket.grad_rows(piece), self.process_group, self.rank)
@@ -234,15 +235,18 @@ class Zero2Optimizer(torch.optim.Optimizer):
         s = bucket.segment
         if not s:
             return
-        mine = torch.zeros(s, dtype=bucket.shard_grad.dtype)  # (segment,) my updated rows
+        # every rank's updated rows, segment by segment: (world * segment,), rank-local; this
+        # rank's own segment is filled in place (padding zeroed), then the ring fills the rest
+        gathered = torch.empty(self.world_size * s, dtype=bucket.shard_grad.dtype)
+        mine = gathered[self.rank * s : (self.rank + 1) * s]
+        mine.zero_()
         for piece in bucket.pieces:
             mine[piece.offset : piece.offset + piece.shard.numel()] = piece.shard.reshape(-1)
-        pieces = [torch.empty_like(mine) for _ in range(self.world_size)]  # (world, segment)
-        all_gather(pieces, mine, self.process_group)
+        all_gather_into_tensor(gathered, mine, self.process_group)
         for piece in bucket.pieces:
             for r in range(self.world_size):
                 if r != self.rank:
-                    piece.write_rows(pieces[r][piece.offset :], r)
+                    piece.write_rows(gathered[r * s + piece.offset : (r + 1) * s], r)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradient shards: the next backward overwrites instead of adding."""
