@@ -41,7 +41,7 @@ from collections.abc import Iterator
 import torch
 
 from minidp.comm import headers, ops, p2p
-from minidp.comm.errors import MismatchError
+from minidp.comm.errors import CollectiveError, MismatchError
 
 KINDS = (
     "all_reduce",
@@ -221,11 +221,20 @@ def agree(
         counts[p2p.current_channel()] = seq + 1
         mine[_CHECKED : _CHECKED + 3] = [1, seq, zlib.crc32(site.encode()) & 0x7FFFFFFF]
     table = headers.exchange(group, mine)  # (world, header), the same on every rank
+    try:
+        _verdict(table, kind, tensor, mine, extra_name, rank, site)
+    except (MismatchError, TypeError, ValueError):
+        _linger(group, mine)
+        raise
+
+
+def _verdict(table, kind, tensor, mine, extra_name, rank, site) -> None:
+    """Raise if the ranks' headers disagree (every rank holds the same table, so every rank
+    reaches the same verdict), or this rank's own input is unusable."""
     if tensor is not None and mine[2] == _BAD_INPUT:
         check_input(tensor, kind)  # this rank's own, precise error
-    # Every rank now holds the same table, so every rank reaches the same verdict.
     # Shapes may differ (all_reduce only needs equal numel), so compare the first 5 fields.
-    for r in range(1, world):
+    for r in range(1, len(table)):
         if table[r][:5] != table[0][:5]:
             raise MismatchError(
                 f"{kind}: rank {r} passed [{_describe(table[r], extra_name)}] but rank 0 passed "
@@ -241,6 +250,23 @@ def agree(
         )
     if flags[0] == 1:
         _compare_fingerprints(table, kind, extra_name, rank, site)
+
+
+def _linger(group, mine: list[int]) -> None:
+    """One more header exchange before this rank raises, its errors ignored.
+
+    Why: a rank that raises may close its connections at once (a thread world tears its
+    group down, a process exits). A peer still reading this rank's header from the socket
+    then loses it ("connection reset": closing a socket with unread data in it resets the
+    connection) and raises a bystander's PeerError instead of the same verdict — seen in
+    about 1 call in 150 at 3 ranks. A rank that completes this second exchange knows every
+    peer has finished the first, which is all the verdict needs; a failure here only means
+    a peer already left.
+    """
+    try:
+        headers.exchange(group, mine)
+    except CollectiveError:
+        pass
 
 
 def agree_reduce(
