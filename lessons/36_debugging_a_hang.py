@@ -177,8 +177,12 @@ if __name__ == "__main__":
     print(
         f"  rank 1's 'averaged' gradient: {res[1]['plain']['grad'].tolist()} (meant: [30.0, ...])"
     )
-    kit.check_true("both ranks time out after the group's timeout",
-                   all("timed out" in res[r]["plain"]["error"].lower() for r in range(WORLD)))  # fmt: skip
+    # Both wait the same HANG_S, but not from the same instant: the rank whose clock runs out
+    # first closes its connections, and the other may read that before its own timeout.
+    ends = [res[r]["plain"]["error"].lower() for r in range(WORLD)]
+    kit.check_true("the ranks end in the group's timeout (or the other's closed connection)",
+                   any("timed out" in e for e in ends)
+                   and all("timed out" in e or "connection closed" in e for e in ends))  # fmt: skip
     kit.check_true("rank 1 got a wrong sum without any error",
                    res[1]["plain"]["grad"][0].item() == 21.0)  # fmt: skip
     waits = {0: res[0]["lines"]["grad"], 1: res[0]["lines"]["barrier"]}
