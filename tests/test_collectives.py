@@ -427,7 +427,7 @@ def test_no_group_gives_clear_error():
 
 def test_every_rank_raises_the_verdict_not_a_bystanders_error_again_and_again():
     """A rank that raises may tear its connections down while a peer still reads its header;
-    before ``agree._linger`` about 1 run in 100 had a rank raise PeerError instead (3 ranks,
+    before ``headers.linger`` about 1 run in 100 had a rank raise PeerError instead (3 ranks,
     a fresh world each time, where the teardown happens)."""
     for _ in range(40):
         with pytest.raises(WorkerError) as info:

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 import torch
 
 from minidp.comm import headers, ops, p2p
-from minidp.comm.errors import CollectiveError, MismatchError
+from minidp.comm.errors import MismatchError
 
 KINDS = (
     "all_reduce",
@@ -224,7 +224,7 @@ def agree(
     try:
         _verdict(table, kind, tensor, mine, extra_name, rank, site)
     except (MismatchError, TypeError, ValueError):
-        _linger(group, mine)
+        headers.linger(group, mine)
         raise
 
 
@@ -250,23 +250,6 @@ def _verdict(table, kind, tensor, mine, extra_name, rank, site) -> None:
         )
     if flags[0] == 1:
         _compare_fingerprints(table, kind, extra_name, rank, site)
-
-
-def _linger(group, mine: list[int]) -> None:
-    """One more header exchange before this rank raises, its errors ignored.
-
-    Why: a rank that raises may close its connections at once (a thread world tears its
-    group down, a process exits). A peer still reading this rank's header from the socket
-    then loses it ("connection reset": closing a socket with unread data in it resets the
-    connection) and raises a bystander's PeerError instead of the same verdict — seen in
-    about 1 call in 150 at 3 ranks. A rank that completes this second exchange knows every
-    peer has finished the first, which is all the verdict needs; a failure here only means
-    a peer already left.
-    """
-    try:
-        headers.exchange(group, mine)
-    except CollectiveError:
-        pass
 
 
 def agree_reduce(
