@@ -133,7 +133,7 @@ def broadcast_many(
         return tensors
     world = g.size()
     bad = [t for t in tensors if not agree.input_ok(t)]
-    memories = [] if bad else [t if unexpanded(t) is None else unexpanded(t) for t in tensors]
+    memories = [] if bad else [t if (m := unexpanded(t)) is None else m for t in tensors]
     layout = [(r, tuple(t.shape), str(t.dtype)) for r, t in zip(group_srcs, memories)]
     fingerprint = zlib.crc32(repr(layout).encode()) & 0x7FFFFFFF
     with p2p.operation("broadcast_many"):
