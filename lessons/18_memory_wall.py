@@ -69,30 +69,37 @@ def torch_buckets(model: nn.Module, as_view: bool) -> tuple[int, bool]:
     the distinct bucket storages, whether every .grad lives in one of them)."""
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        ddp = nn.parallel.DistributedDataParallel(
-            copy.deepcopy(model), gradient_as_bucket_view=as_view
-        )
-        buffers = {}  # storage pointer -> bytes; torch's buckets live in C++ otherwise
-
-        def hook(state, bucket):  # sees each bucket's flat buffer, then all-reduces it
-            buffers[bucket.buffer().untyped_storage().data_ptr()] = bucket.buffer().nbytes
-            return (
-                dist.all_reduce(bucket.buffer(), async_op=True)
-                .get_future()
-                .then(lambda fut: fut.value()[0])
-            )
-
-        ddp.register_comm_hook(None, hook)
-        for _ in range(2):  # the second step runs on the rebuilt buckets, as training does
-            buffers.clear()  # the first step's buckets are freed at the rebuild
-            ddp.zero_grad()
-            nn.functional.cross_entropy(
-                ddp(torch.randn(8, WIDTH)), torch.randint(0, 10, (8,))
-            ).backward()
-        inside = all(p.grad.untyped_storage().data_ptr() in buffers for p in ddp.parameters())
-        return sum(buffers.values()), inside
+        # torch's DDP is freed when read_buckets returns, before the group is destroyed:
+        # the other way round, freeing DDP frees the group, which waits for gloo's thread
+        # while holding the GIL that thread needs to drop its last work (a deadlock that
+        # hung 2 runs of this lesson in 15, torch 2.13).
+        return read_buckets(model, as_view)
     finally:
         dist.destroy_process_group()
+
+
+def read_buckets(model: nn.Module, as_view: bool) -> tuple[int, bool]:
+    """torch_buckets' work, on the group it made."""
+    ddp = nn.parallel.DistributedDataParallel(copy.deepcopy(model), gradient_as_bucket_view=as_view)
+    buffers = {}  # storage pointer -> bytes; torch's buckets live in C++ otherwise
+
+    def hook(state, bucket):  # sees each bucket's flat buffer, then all-reduces it
+        buffers[bucket.buffer().untyped_storage().data_ptr()] = bucket.buffer().nbytes
+        return (
+            dist.all_reduce(bucket.buffer(), async_op=True)
+            .get_future()
+            .then(lambda fut: fut.value()[0])
+        )
+
+    ddp.register_comm_hook(None, hook)
+    for _ in range(2):  # the second step runs on the rebuilt buckets, as training does
+        buffers.clear()  # the first step's buckets are freed at the rebuild
+        ddp.zero_grad()
+        nn.functional.cross_entropy(
+            ddp(torch.randn(8, WIDTH)), torch.randint(0, 10, (8,))
+        ).backward()
+    inside = all(p.grad.untyped_storage().data_ptr() in buffers for p in ddp.parameters())
+    return sum(buffers.values()), inside
 
 
 # %% [markdown]

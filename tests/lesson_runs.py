@@ -22,10 +22,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
+
+from minidp.launch.leftovers import kill_descendants
 
 LESSONS_DIR = Path(__file__).resolve().parents[1] / "lessons"
 TIMEOUT_S = 240  # one lesson, even on a loaded machine
@@ -43,7 +46,9 @@ def lesson_env() -> dict:
 class LessonRuns:
     """The test process's side: ``key -> argv`` runs handed to the runner; ``result`` waits."""
 
-    def __init__(self, jobs: dict[tuple[str, str], list[str]]) -> None:
+    def __init__(
+        self, jobs: dict[tuple[str, str], list[str]], timeout_s: float = TIMEOUT_S
+    ) -> None:
         self._futures: dict[tuple[str, str], Future] = {key: Future() for key in jobs}
         self._runner = subprocess.Popen(
             [sys.executable, __file__],
@@ -52,16 +57,19 @@ class LessonRuns:
             text=True,
             env=lesson_env(),
         )
-        self._send({"jobs": [[list(key), argv] for key, argv in jobs.items()]})
+        self._send(
+            {"jobs": [[list(key), argv] for key, argv in jobs.items()], "timeout_s": timeout_s}
+        )
         threading.Thread(target=self._collect, name="lesson-results", daemon=True).start()
 
     def widen(self, workers: int) -> None:
         """Run up to ``workers`` lessons at once from now on."""
         self._send({"widen": workers})
 
-    def result(self, key: tuple[str, str]) -> tuple[int, str, float]:
-        """``(exit code, output, seconds)`` of that run, once it has finished."""
-        return self._futures[key].result()
+    def result(self, key: tuple[str, str], timeout: float | None = None) -> tuple[int, str, float]:
+        """``(exit code, output, seconds)`` of that run, once it has finished (the runner
+        kills a run, and all it started, at ``timeout_s``: every wait ends)."""
+        return self._futures[key].result(timeout)
 
     def stop(self) -> None:
         """End the runner, which kills what still runs (their ranks follow their parent)."""
@@ -87,28 +95,38 @@ class LessonRuns:
                 future.set_result((-1, "the lesson runner ended before this lesson ran", 0.0))
 
 
-def _run_one(argv: list[str], procs: set, lock: threading.Lock) -> tuple[int, str, float]:
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGKILL a lesson and everything below it: its ranks, or a notebook's Jupyter kernel,
+    which runs in a session of its own (so a process-group kill would miss it)."""
+    kill_descendants(proc.pid)
+    proc.kill()
+
+
+def _run_one(argv: list[str], timeout_s: float, procs: set, lock) -> tuple[int, str, float]:
     t0 = time.perf_counter()
-    with lock:
-        proc = subprocess.Popen(
-            argv,
-            cwd=LESSONS_DIR,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-        )
-        procs.add(proc)
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT_S)
-        rc = proc.returncode
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        rc, out = -9, f"{out}\n[killed after the {TIMEOUT_S}s timeout]"
-    with lock:
-        procs.discard(proc)
-    return rc, out, time.perf_counter() - t0
+    # The output goes to a file, not a pipe: a pipe stays open while any process that
+    # inherited it lives, so reading it to the end could outwait a killed lesson.
+    with tempfile.TemporaryFile("w+") as out:
+        with lock:
+            proc = subprocess.Popen(
+                argv,
+                cwd=LESSONS_DIR,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+            )
+            procs.add(proc)
+        try:
+            rc, note = proc.wait(timeout=timeout_s), ""
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            rc, note = -9, f"\n[killed after the {timeout_s}s timeout, with all it started]"
+            proc.wait()
+        with lock:
+            procs.discard(proc)
+        out.seek(0)
+        return rc, out.read() + note, time.perf_counter() - t0
 
 
 def serve() -> None:
@@ -124,7 +142,7 @@ def serve() -> None:
                 if not queue:
                     return
                 key, argv = queue.pop(0)
-            rc, out, seconds = _run_one(argv, procs, lock)
+            rc, out, seconds = _run_one(argv, first["timeout_s"], procs, lock)
             with lock:
                 print(json.dumps([key, rc, out, seconds]), flush=True)
 
@@ -136,7 +154,7 @@ def serve() -> None:
     with lock:
         queue.clear()
         for proc in procs:
-            proc.kill()
+            _stop(proc)
 
 
 if __name__ == "__main__":
