@@ -28,7 +28,8 @@ import math
 import torch
 from torch import nn
 
-from minidp.comm import all_gather, all_reduce
+from minidp.comm import all_reduce
+from minidp.comm.collectives import all_gather_into_tensor
 from minidp.fsdp import post_forward, shard
 from minidp.fsdp.grad import ShardedGrad
 from minidp.fsdp.policy import (
@@ -179,13 +180,19 @@ class FSDPUnit:
         return torch.cat([p.reshape(-1) for p in self.padded]).to(dtype)
 
     def gather_full(self, dtype: torch.dtype) -> list[torch.Tensor]:
-        """All-gather: every full parameter as a new tensor in ``dtype`` (a collective)."""
+        """All-gather: every full parameter as a view of one new ``(world, T)`` buffer in
+        ``dtype`` (a collective). This rank's shards are written (cast) straight into its
+        own row, and the others arrive in theirs: no list of outputs, no stacking copy."""
         if not self.shapes:  # a root whose layers are all units of their own: like FSDP2,
             return []  # no parameters, no collective (an empty one still costs a check)
-        local = self.flat_shards(dtype)  # (T,) rank-local
-        rows = [torch.empty_like(local) for _ in range(self.world)]
-        all_gather(rows, local, group=self.group)
-        return shard.uncat(torch.stack(rows), self.shapes, self.world)  # (world, T) -> fulls
+        total = sum(p.numel() for p in self.padded)  # T
+        rows = torch.empty(self.world, total, dtype=dtype, device=self.device)  # (world, T)
+        offset = 0
+        for p in self.padded:  # this rank's row: its padded shards end to end
+            rows[self.rank, offset : offset + p.numel()].copy_(p.reshape(-1))
+            offset += p.numel()
+        all_gather_into_tensor(rows, rows[self.rank], group=self.group)
+        return shard.uncat(rows, self.shapes, self.world)  # (world, T) -> full views
 
     def gather(self) -> None:
         """All-gather into the ``full`` parameters' storages (allocating them again)."""
