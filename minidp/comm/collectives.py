@@ -80,7 +80,9 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None
                     f"is {tuple(tensor.shape)} {tensor.dtype} — outputs must match the input"
                 )
         n = tensor.numel()
-        flat = torch.empty(world * n, dtype=tensor.dtype)  # (world * numel,) rank-local
+        flat = torch.empty(
+            world * n, dtype=tensor.dtype, device=tensor.device
+        )  # (world * numel,) rank-local
         _gather_pass(flat, tensor, g)
         for i, out in enumerate(tensor_list):
             out.copy_(flat[i * n : (i + 1) * n].view(out.shape))

@@ -59,7 +59,9 @@ def direct_pass(flat: torch.Tensor, chunks: list[tuple[int, int]], group, op: st
     ``ops.OPS`` (avg sums here, the caller divides).
     """
     rank, world = group.rank(), group.size()
-    everyone = torch.empty((world, flat.numel()), dtype=flat.dtype)  # (world, numel)
+    everyone = torch.empty(
+        (world, flat.numel()), dtype=flat.dtype, device=flat.device
+    )  # (world, numel)
     everyone[rank] = flat  # a copy: the reduction below overwrites rows in place
     peers = [r for r in range(world) if r != rank]
     # receives first, so every send finds its receive posted and leaves at once

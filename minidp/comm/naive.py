@@ -37,7 +37,9 @@ def naive_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor
 
         def body(flat: torch.Tensor) -> None:
             if rank == 0:
-                inbox = torch.empty((world - 1, flat.numel()), dtype=flat.dtype)  # (world-1, numel)
+                inbox = torch.empty(
+                    (world - 1, flat.numel()), dtype=flat.dtype, device=flat.device
+                )  # (world-1, numel)
                 msgs = [p2p.irecv(inbox[r - 1], r, g) for r in range(1, world)]
                 for r in range(1, world):  # reduce in rank order as each arrives
                     msgs[r - 1].wait()

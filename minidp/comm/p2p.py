@@ -11,6 +11,11 @@ This file also turns backend failures into errors a learner can act on:
 
 and feeds the traffic counters and the trace recorder (both free when off).
 
+**Device memory.** gloo sends from host memory, NCCL from GPU memory: a tensor the
+group's backend cannot read is copied where it can (``device.carrier``) — a CUDA tensor
+on gloo goes through the host, as torch's gloo collectives do — so every collective
+built on these two functions accepts the tensors torch's does.
+
 **Channels.** Two threads of one rank may run collectives on the same group at once:
 DDP's communication thread reduces buckets while a user's ``autograd.Function`` calls
 ``all_reduce`` inside backward. Every collective numbers its messages from tag 0, so
@@ -33,6 +38,7 @@ import torch
 
 from minidp import trace
 from minidp.comm import traffic
+from minidp.comm.device import backend_of, carrier, reads
 from minidp.comm.errors import CollectiveError, CollectiveTimeout, PeerError
 
 _local = threading.local()  # per-thread: name of the collective running now, channel
@@ -88,14 +94,18 @@ class Work:
     the backend's work plus what we need to explain it. ``kind`` is "send" or "recv", the
     same word as ``trace.Message.kind``."""
 
-    __slots__ = ("backend", "peer", "kind", "nbytes", "group")
+    __slots__ = ("backend", "peer", "kind", "nbytes", "group", "staged", "target")
 
-    def __init__(self, backend, peer: int, kind: str, nbytes: int, group) -> None:
+    def __init__(self, backend, peer: int, kind: str, nbytes: int, group, staged=None, target=None):
         self.backend = backend  # the ProcessGroup's own work object
         self.peer = peer
         self.kind = kind
         self.nbytes = nbytes
         self.group = group
+        # A tensor copied where the backend can read it (``device.carrier``): kept alive
+        # until the message is done; a receive copies it into ``target`` on arrival.
+        self.staged = staged
+        self.target = target
 
     def wait(self) -> None:
         """Block until the message is done; raise a minidp error if it cannot be."""
@@ -103,6 +113,9 @@ class Work:
             self.backend.wait()
         except RuntimeError as exc:
             raise translate(exc, self.group, self.peer, self.kind) from exc
+        if self.target is not None:
+            self.target.copy_(self.staged)
+            self.target = self.staged = None
         if self.kind == "recv":  # counted on arrival: a receive may be posted a call ahead
             traffic.add("recv", self.nbytes)
             if trace.active:
@@ -145,21 +158,34 @@ def isend(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Work:
     traffic.add("send", nbytes)
     if trace.active:
         trace.instant("send", lane="comm", peer=peer, bytes=nbytes)
+    to = None if tensor.is_cpu and _reads_host(group) else carrier(group, tensor)
+    staged = None if to is None else tensor.to(to)  # gloo: a CUDA tensor goes via the host
     try:
-        work = group.send([tensor], peer, tag + current_channel() * CHANNEL_SPAN)
+        work = group.send(
+            [tensor if to is None else staged], peer, tag + current_channel() * CHANNEL_SPAN
+        )
     except RuntimeError as exc:
         raise translate(exc, group, peer, "send") from exc
-    return Work(work, peer, "send", nbytes, group)
+    return Work(work, peer, "send", nbytes, group, staged)
 
 
 def irecv(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Work:
     """Start receiving into ``tensor`` (contiguous) from group rank ``peer``."""
     nbytes = tensor.numel() * tensor.element_size()
+    to = None if tensor.is_cpu and _reads_host(group) else carrier(group, tensor)
+    staged = None if to is None else torch.empty_like(tensor, device=to)  # filled on arrival
     try:
-        work = group.recv([tensor], peer, tag + current_channel() * CHANNEL_SPAN)
+        work = group.recv(
+            [tensor if to is None else staged], peer, tag + current_channel() * CHANNEL_SPAN
+        )
     except RuntimeError as exc:
         raise translate(exc, group, peer, "recv") from exc
-    return Work(work, peer, "recv", nbytes, group)
+    return Work(work, peer, "recv", nbytes, group, staged, None if to is None else tensor)
+
+
+def _reads_host(group) -> bool:
+    """The common case in one check: a host tensor on a backend that reads host memory."""
+    return reads(backend_of(group), "cpu")
 
 
 def send(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> None:

@@ -171,7 +171,9 @@ def ring_pass(
     slots, first, stride, n_reduce = schedule(tuple(chunks), seg, rank, reduce_steps, copy_steps)
     nbuf = min(window, n_reduce) or 1  # buffers: no more than the reducing receives
     width = max(b - a for _, _, a, b in slots[:n_reduce]) if n_reduce else 0  # <= seg
-    scratch = torch.empty(nbuf * width, dtype=flat.dtype)  # (nbuf * width,) rank-local
+    scratch = torch.empty(
+        nbuf * width, dtype=flat.dtype, device=flat.device
+    )  # (nbuf * width,) rank-local
 
     def post(i: int) -> p2p.Work:
         step, k, a, b = slots[i]

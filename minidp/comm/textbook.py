@@ -98,7 +98,9 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None
             f"textbook.all_gather: expected one output tensor per rank ({world}), got "
             f"{len(tensor_list)}. Hint: tensor_list = [torch.empty_like(t) for _ in range(world)]"
         )
-    rows = torch.empty((world, tensor.numel()), dtype=tensor.dtype)  # (world, numel) rank-local
+    rows = torch.empty(
+        (world, tensor.numel()), dtype=tensor.dtype, device=tensor.device
+    )  # (world, numel) rank-local
     rows[rank] = tensor.reshape(-1)
     for step in range(world - 1):  # step s: send row r-s, receive row r-s-1 from the left
         _exchange(rows[(rank - step) % world], rows[(rank - step - 1) % world], g)
