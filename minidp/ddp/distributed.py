@@ -1,18 +1,23 @@
 """``DistributedDataParallel``: one model replica per rank, gradients averaged during backward.
 
-Use it like torch's::
+Use it like torch's — same arguments, in the same order::
 
-    model = minidp.DistributedDataParallel(net)        # inside each rank's process
+    model = minidp.DistributedDataParallel(net.to(local_rank), device_ids=[local_rank])
     loss_fn(model(x), y).backward()                     # gradients are averaged here
     optimizer.step()
+
+(on CPU: ``minidp.DistributedDataParallel(net)``; ``arguments.py`` reads the arguments.)
 
 What the wrapper itself does (the reducer does the rest, see ``reducer.py``):
 
 * construction: check the module; check across ranks that every rank has the same
   parameters (name the rank and the parameter otherwise); broadcast parameters and
   buffers from rank 0, so every replica starts identical; build buckets and hooks;
-* every forward: broadcast buffers from rank 0 (BatchNorm statistics), then run the
-  module, then arm the reducer for the backward that follows.
+* every forward: move the inputs to ``device_ids[0]``, broadcast buffers from rank 0
+  (BatchNorm statistics), run the module, then arm the reducer for the backward that
+  follows;
+* uneven inputs: it is a ``torch.distributed.algorithms.join.Joinable``, so torch's
+  ``Join([model, optimizer])`` (and ``model.join()``) work with it (``join.py``).
 
 Its parameters after each step are bit-identical to ``torch.nn.parallel.
 DistributedDataParallel`` on gloo (same buckets, same scaling, same summation order).
@@ -26,31 +31,46 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 import torch
+from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
 from minidp import trace
 from minidp.comm import broadcast
 from minidp.comm import group as groups
-from minidp.ddp import checks
+from minidp.ddp import arguments, checks
 from minidp.ddp.buckets import BucketCaps, bucket_of_params
-from minidp.ddp.join import Join
+from minidp.ddp.join import DDPJoinHook, announce_sync, common_rank
 from minidp.ddp.reducer import Reducer
 
 ALGORITHMS = ("auto", "ring", "naive")
 
 
-class DistributedDataParallel(torch.nn.Module):
+class DistributedDataParallel(torch.nn.Module, Joinable):
     """Data parallelism across processes: same model everywhere, averaged gradients.
 
-    Args:
+    torch's arguments, in torch's order (torch 2.13-2.15):
         module: the model replica on this rank (same architecture on every rank).
+        device_ids: ``[local_rank]`` for a module on one GPU (inputs are moved there);
+            ``None`` for a CPU module (torch and minidp refuse ids there).
+        output_device: ``device_ids[0]`` by default; only with ``device_ids``.
+        dim: kept for torch's signature (torch scatters along it for multi-device modules).
+        broadcast_buffers: deprecated in torch 2.13 for ``forward_sync_buffers``; ``False``
+            also skips the buffers' broadcast at construction.
+        init_sync: ``False`` skips the start-up check and broadcast (replicas must already
+            be identical).
         process_group: group to synchronize over; ``None``: the current/default group.
         bucket_cap_mb: bucket size cap in MiB (default 25, with a 1 MiB first bucket).
-        broadcast_buffers: broadcast buffers from rank 0 at construction and before each
-            forward (skipped right after a forward under ``no_grad``/``no_sync``).
         find_unused_parameters: walk the autograd graph after each forward and mark
             parameters it does not reach as ready (needed when some go unused).
+        check_reduction: deprecated and ignored, as in torch (a FutureWarning).
         gradient_as_bucket_view: make ``.grad`` a view into the bucket (saves one copy and
             the memory of one gradient set).
+        static_graph: only ``False``; ``True`` is refused (``arguments.check_static_graph``).
+
+    torch's keyword-only extras that minidp follows: ``forward_sync_buffers`` (broadcast
+    buffers from rank 0 before each forward; skipped right after a forward under
+    ``no_grad``/``no_sync``) and ``device_mesh`` (a 1-D mesh instead of a group).
+
+    minidp's own, keyword-only:
         algorithm: "auto" (default: buckets up to 256 KiB in one exchange, bigger ones round
             the ring; both bit-exact with gloo, see ``minidp.comm.all_reduce``), "ring"
             (always the ring) or "naive" (parameter server, to compare).
@@ -58,22 +78,33 @@ class DistributedDataParallel(torch.nn.Module):
             baseline that shows what overlapping communication with backward buys.
 
     Raises:
-        RuntimeError, ValueError: for modules it cannot wrap, and (on every rank) when the
-            ranks' models or bucket layouts differ. See ``checks.py``.
+        RuntimeError, ValueError: for modules it cannot wrap, arguments torch refuses, and
+            (on every rank) when the ranks' models or bucket layouts differ. See
+            ``checks.py`` and ``arguments.py``.
     """
 
     def __init__(
         self,
         module: torch.nn.Module,
+        device_ids: list | None = None,
+        output_device=None,
+        dim: int = 0,
+        broadcast_buffers: bool | None = None,
+        init_sync: bool = True,
         process_group=None,
         bucket_cap_mb: float | None = None,
-        broadcast_buffers: bool = True,
         find_unused_parameters: bool = False,
+        check_reduction: bool = False,
         gradient_as_bucket_view: bool = False,
+        static_graph: bool = False,
+        *,
+        device_mesh=None,
+        forward_sync_buffers: bool | None = None,
         algorithm: str = "auto",
         overlap: bool = True,
     ) -> None:
         super().__init__()
+        Joinable.__init__(self)  # the join config: off until a Join context sets it
         checks.check_module(
             module, (DistributedDataParallel, torch.nn.parallel.DistributedDataParallel)
         )
@@ -81,21 +112,31 @@ class DistributedDataParallel(torch.nn.Module):
             raise ValueError(
                 f"DistributedDataParallel: algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
             )
+        self.device_ids = arguments.device_ids_for(module, device_ids, output_device)
+        self.output_device = self.device_ids[0] if self.device_ids else None
+        arguments.check_static_graph(static_graph)
+        arguments.check_reduction_flag(check_reduction)
+        self.forward_sync_buffers, init_sync_buffers = arguments.buffer_sync(
+            broadcast_buffers, forward_sync_buffers
+        )
         caps = BucketCaps.from_mb(bucket_cap_mb)
         self.module = module
-        self.process_group = groups.resolve(process_group)
+        self.dim = dim
+        self.device = next(module.parameters()).device
+        self.process_group = groups.resolve(arguments.group_of(process_group, device_mesh))
         if not groups.is_member(self.process_group):
             raise ValueError(
                 "DistributedDataParallel: this rank is not in process_group (dist.new_group "
                 "returned its placeholder here) — expected a group this rank belongs to. "
                 "Hint: wrap the model only on the group's ranks"
             )
-        self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.static_graph = False
         self.bucket_bytes_cap = caps.cap
         self.require_backward_grad_sync = True  # False inside no_sync()
         self.require_forward_param_sync = True  # did the last forward arm a sync?
+        self._divide_by_initial_world_size = True  # set by a join hook
         params, names = checks.trainable_parameters(module)
         self.reducer = Reducer(
             params,
@@ -107,35 +148,50 @@ class DistributedDataParallel(torch.nn.Module):
             algorithm,
             overlap,
         )
-        bucket_of = bucket_of_params(self.reducer.assignment, len(params))
-        buffers = list(module.named_buffers()) if broadcast_buffers else None
-        options = {
-            "find_unused_parameters": find_unused_parameters,
-            "broadcast_buffers": broadcast_buffers,
-        }
-        checks.verify_same_model(self.process_group, params, names, bucket_of, buffers, options)
-        # Every replica starts from rank 0's weights: all parameters, frozen ones too.
-        states = [p.detach() for p in module.parameters()]
-        if broadcast_buffers:
-            states += [b.detach() for b in module.buffers()]
-        self._broadcast_coalesced(states)
+        if init_sync:
+            bucket_of = bucket_of_params(self.reducer.assignment, len(params))
+            buffers = list(module.named_buffers()) if self.forward_sync_buffers else None
+            options = {
+                "find_unused_parameters": find_unused_parameters,
+                "broadcast_buffers": self.forward_sync_buffers,
+            }
+            checks.verify_same_model(self.process_group, params, names, bucket_of, buffers, options)
+            # Every replica starts from rank 0's weights: all parameters, frozen ones too.
+            states = [p.detach() for p in module.parameters()]
+            if init_sync_buffers:
+                states += [b.detach() for b in module.buffers()]
+            self._broadcast_coalesced(states)
         self.reducer.install()
         self._comm_hook_set = False
-        self._join: Join | None = None  # set while inside ``with self.join():``
         checks.mark_wrapped(module, self)
+
+    @property
+    def broadcast_buffers(self) -> bool:
+        """torch's old name for ``forward_sync_buffers`` (a property there too)."""
+        return self.forward_sync_buffers
+
+    @broadcast_buffers.setter
+    def broadcast_buffers(self, value: bool) -> None:
+        self.forward_sync_buffers = value
 
     def forward(self, *inputs, **kwargs):
         grad_enabled = torch.is_grad_enabled()
-        join = self._join
-        if join is not None:
-            join.notify()  # "still training" (ranks that ran out of data shadow us)
+        # Under Join: "I am still training" (ranks that ran out of data shadow us). The
+        # count it all-reduces is the divisor when dividing by the ranks still training.
+        work = Join.notify_join_context(self)
+        if work is not None and not self._divide_by_initial_world_size:
+            self.reducer.div_factor = int(work.get_future().wait()[0].item())
         if grad_enabled:
             self.reducer.prepare_for_forward()  # raises if the last backward never finished
-        if self.require_forward_param_sync and self.broadcast_buffers and self._buffers_list():
+        joining = self._join_config.enable
+        if self._will_sync_buffers():
             # Under join, rank 0 may have stopped training: take the highest active rank's.
-            self._sync_buffers(join.common_rank(True) if join is not None else 0)
-        if join is not None:
-            join.announce_sync(self.require_backward_grad_sync)
+            self._sync_buffers(common_rank(self.process_group, True) if joining else 0)
+        if joining:
+            announce_sync(self.process_group, self.require_backward_grad_sync)
+        if self.device_ids:
+            device = torch.device(self.device.type, self.device_ids[0])
+            inputs, kwargs = arguments.to_device((inputs, kwargs), device)
         with trace.span("forward", lane="compute"):
             output = self.module(*inputs, **kwargs)
         # The FORWARD decides whether the next backward synchronizes: that is why, with
@@ -148,14 +204,35 @@ class DistributedDataParallel(torch.nn.Module):
             self.require_forward_param_sync = False
         return output
 
+    # ---- uneven inputs: torch's Join ----------------------------------------------------
+
     def join(
         self,
         divide_by_initial_world_size: bool = True,
         enable: bool = True,
         throw_on_early_termination: bool = False,
     ) -> Join:
-        """Context manager for uneven inputs across ranks (see ``minidp.ddp.join``)."""
-        return Join(self, divide_by_initial_world_size, enable, throw_on_early_termination)
+        """torch's ``Join([self], ...)``: the context manager for uneven inputs (``join.py``)."""
+        return Join(
+            [self],
+            enable,
+            throw_on_early_termination,
+            divide_by_initial_world_size=divide_by_initial_world_size,
+        )
+
+    def join_hook(self, **kwargs) -> JoinHook:
+        """What a rank that ran out of inputs runs (``divide_by_initial_world_size=...``)."""
+        return DDPJoinHook(self, kwargs.get("divide_by_initial_world_size", True))
+
+    @property
+    def join_device(self) -> torch.device:
+        """Where Join's own all-reduces run: the module's device."""
+        return self.device
+
+    @property
+    def join_process_group(self):
+        """The group Join counts the ranks still training in: this DDP's."""
+        return self.process_group
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -189,6 +266,14 @@ class DistributedDataParallel(torch.nn.Module):
         self.reducer.comm_hook, self.reducer.comm_state = hook, state
 
     # ---- buffers ---------------------------------------------------------------------
+
+    def _will_sync_buffers(self) -> bool:
+        """Buffers are broadcast before this forward (torch's ``will_sync_module_buffers``)."""
+        return (
+            self.require_forward_param_sync
+            and self.forward_sync_buffers
+            and bool(self._buffers_list())
+        )
 
     def _buffers_list(self) -> list[torch.Tensor]:
         # Re-read the buffers each time: a module may reassign them (self.x = tensor).
