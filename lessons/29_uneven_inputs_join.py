@@ -153,14 +153,16 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # ## 2. What a joined rank does
-# minidp's `Join.__exit__` (from `minidp/ddp/join.py`): while anyone still trains, answer
-# their "I am here", their sync announcement and every bucket's all-reduce with zeros.
+# The context manager is torch's `Join` for both libraries: while anyone still trains, a
+# joined rank answers their "I am here" (`Join` does that), then runs each joinable's
+# `main_hook`. minidp's DDP's (from `minidp/ddp/join.py`): a rebuild if due, the buffer
+# broadcast, their sync announcement and every bucket's all-reduce, with zeros.
 
 # %%
 if __name__ == "__main__":
-    from minidp.ddp.join import Join as MinidpJoin
+    from minidp.ddp.join import DDPJoinHook
 
-    print(inspect.getsource(MinidpJoin._shadow_iteration))
+    print(inspect.getsource(DDPJoinHook.main_hook))
 
 # %% [markdown]
 # ## Checks

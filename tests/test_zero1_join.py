@@ -1,14 +1,11 @@
 """ZeRO-1 under torch's ``Join`` (uneven inputs), against torch's ZeroRedundancyOptimizer.
 
 Rank r gets ``counts[r]`` batches. In one rank process the same seeded model trains
-twice under ``torch.distributed.algorithms.Join([ddp, optimizer])``: torch DDP + torch's
-``ZeroRedundancyOptimizer``, then torch DDP + minidp's. Ranks that run out shadow the
-others' iterations through the join hooks — DDP's all-reduces, then the optimizer's
-step and broadcasts. After each of the rank's own steps and after the context exits,
-every parameter must be ``torch.equal``.
-
-DDP is torch's on both sides: ``Join`` takes ``Joinable`` objects, and minidp's DDP has a
-join of its own (``ddp.join()``, ``tests/test_ddp_join.py``) instead.
+under ``torch.distributed.algorithms.Join([ddp, optimizer])``: torch DDP + torch's
+``ZeroRedundancyOptimizer`` (the reference), then every pair with minidp's DDP, minidp's
+ZeRO or both. Ranks that run out shadow the others' iterations through the join hooks —
+DDP's all-reduces, then the optimizer's step and broadcasts. After each of the rank's own
+steps and after the context exits, every parameter must be ``torch.equal``.
 
 Run: ``pytest tests/test_zero1_join.py``
 """
@@ -39,10 +36,20 @@ CASES = {
 }
 
 
-def _train(rank: int, zero_class, name: str) -> list[nn.Module]:
+# Which DDP and ZeRO train under one ``Join``: torch's pair is the reference, every other
+# pair (minidp's on either side or both) must give its bits.
+PAIRS = {
+    "torch DDP + minidp ZeRO": (nn.parallel.DistributedDataParallel, "minidp"),
+    "minidp DDP + minidp ZeRO": (minidp.DistributedDataParallel, "minidp"),
+    "minidp DDP + torch ZeRO": (minidp.DistributedDataParallel, "torch"),
+}
+ZEROS = {"torch": TorchZero, "minidp": minidp.ZeroRedundancyOptimizer}
+
+
+def _train(rank: int, ddp_class, zero_class, name: str) -> list[nn.Module]:
     counts, cls, options, zero_options = CASES[name]
     torch.manual_seed(rank)  # ranks start different: DDP broadcasts rank 0's weights
-    ddp = nn.parallel.DistributedDataParallel(TinyLM())
+    ddp = ddp_class(TinyLM())
     opt = zero_class(ddp.parameters(), cls, **zero_options, **options)
     snaps = []
     with Join([ddp, opt]):
@@ -59,12 +66,13 @@ def _train(rank: int, zero_class, name: str) -> list[nn.Module]:
 def run_join(rank: int, world: int, names: list[str]) -> dict:
     out = {}
     for name in names:
-        ref = _train(rank, TorchZero, name)
-        ours = _train(rank, minidp.ZeroRedundancyOptimizer, name)
-        out[name] = {
-            "steps": (len(ref), len(ours)),
-            "diffs": [(i, d) for i, (a, b) in enumerate(zip(ours, ref)) for d in diffs(a, b)],
-        }
+        ref = _train(rank, nn.parallel.DistributedDataParallel, TorchZero, name)
+        for pair, (ddp_class, zero) in PAIRS.items():
+            ours = _train(rank, ddp_class, ZEROS[zero], name)
+            out[name, pair] = {
+                "steps": (len(ref), len(ours)),
+                "diffs": [(i, d) for i, (a, b) in enumerate(zip(ours, ref)) for d in diffs(a, b)],
+            }
     return out
 
 
@@ -80,14 +88,16 @@ def joined(process_world):
     return get
 
 
+@pytest.mark.parametrize("pair", list(PAIRS))
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_join_with_uneven_inputs_matches_torch(joined, world_size, case):
+def test_join_with_uneven_inputs_matches_torch(joined, world_size, case, pair):
     for rank, results in enumerate(joined(world_size)):
-        r = results[case]
+        r = results[case, pair]
         assert r["steps"][0] == r["steps"][1]
         assert r["diffs"] == [], f"rank {rank}: (snapshot, (param, max|diff|)) {r['diffs'][:6]}"
 
 
 def test_is_a_torch_joinable():
     assert issubclass(minidp.ZeroRedundancyOptimizer, Joinable)
+    assert issubclass(minidp.DistributedDataParallel, Joinable)

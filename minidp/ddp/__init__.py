@@ -5,17 +5,20 @@
 * ``buckets.py``: :func:`compute_bucket_assignment_by_size` and the flat buffers.
 * ``hooks.py``: comm hooks (``allreduce_hook``, ``fp16_compress_hook``).
 * ``sampler.py``: :class:`DistributedSampler`.
-* ``join.py``: ``ddp.join()``, uneven inputs across ranks (torch's ``Join``).
+* ``join.py``: uneven inputs across ranks: DDP's hook for torch's ``Join`` (re-exported
+  here as ``Join``; ``ddp.join()`` makes one).
 * ``simple.py``: :func:`allreduce_gradients`, DDP in ten lines (no overlap), to compare.
 
 Watch one step: ``python -m minidp demo ddp``; measure: ``python -m minidp bench ddp``;
 test: ``pytest tests/test_ddp*.py tests/test_buckets.py tests/test_sampler.py``
 """
 
+# The context manager is torch's: generic over Joinables, minidp's DDP is one of them.
+from torch.distributed.algorithms.join import Join
+
 from minidp.ddp.buckets import compute_bucket_assignment_by_size
 from minidp.ddp.distributed import DistributedDataParallel
 from minidp.ddp.hooks import GradBucket, allreduce_hook, fp16_compress_hook
-from minidp.ddp.join import Join
 from minidp.ddp.sampler import DistributedSampler
 from minidp.ddp.simple import allreduce_gradients
 

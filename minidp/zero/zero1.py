@@ -82,7 +82,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
         self._initialized = False
         super().__init__(params, defaults)
         Joinable.__init__(self)  # the join config: off until a Join context sets it
-        checks.check_dense(WHO, self._all_params())
+        checks.check_dense(WHO, self._all_params)
         self.process_group = groups.resolve(process_group)
         self.rank, self.world_size = self.process_group.rank(), self.process_group.size()
         checks.verify_same_parameters(WHO, self.process_group, self._param_lists())
@@ -97,7 +97,9 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
         self._initialized = True
 
     # -- who owns what --------------------------------------------------------------
+    @property
     def _all_params(self) -> list[torch.Tensor]:
+        """Every parameter, in group order: a list, as torch's attribute of this name is."""
         return [p for g in self.param_groups for p in g["params"]]
 
     def _param_lists(self) -> list[list[torch.Tensor]]:
@@ -128,7 +130,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
         if self.parameters_as_bucket_view:
             owned = [self.owned_parameters(r) for r in range(self.world_size)]
             self._buckets = build_buckets(owned)
-        self._trainable = trainable_mask(self._all_params())
+        self._trainable = trainable_mask(self._all_params)
 
     # -- the step ---------------------------------------------------------------------
     @torch.no_grad()
@@ -146,8 +148,8 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
                 "shards are out of date. Hint: use add_param_group(...) on every rank, or "
                 "build a new optimizer"
             )
-        checks.check_dense_grads(WHO, self._all_params())
-        if trainable_mask(self._all_params()) != self._trainable:
+        checks.check_dense_grads(WHO, self._all_params)
+        if trainable_mask(self._all_params) != self._trainable:
             self._build_buckets()  # a frozen parameter must leave its bucket (and vice versa)
         _copy_options(self.param_groups, self.optim.param_groups)  # e.g. an LR scheduler's lr
         if closure is None:
@@ -184,7 +186,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
     @property
     def join_device(self) -> torch.device:
         """Where Join's own "still training?" all-reduces run: the parameters' device."""
-        return self._all_params()[0].device
+        return self._all_params[0].device
 
     @property
     def join_process_group(self) -> Any:
@@ -208,7 +210,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
                 f"state_dict() on rank {self.rank}, got no consolidated state here. Hint: call "
                 "opt.consolidate_state_dict(to=0) on all ranks, then opt.state_dict() on rank 0"
             )
-        index = {p: i for i, p in enumerate(self._all_params())}
+        index = {p: i for i, p in enumerate(self._all_params)}
         state = {}
         for rank, local in enumerate(self._all_state_dicts):
             for local_i, p in enumerate(self.owned_parameters(rank)):
@@ -232,7 +234,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
                 f"{WHO}: expected a state dict for groups of {expected} parameters, got {got}. "
                 "Hint: load a state dict saved from the same model and parameter groups"
             )
-        all_params = self._all_params()
+        all_params = self._all_params
         local_index = {p: i for i, p in enumerate(self.owned_parameters())}
         state = {}
         for i, value in state_dict["state"].items():
