@@ -16,8 +16,9 @@
 # and we compare the trajectory with one device. One process, several threads: the
 # articles' "DP is single-process, multi-threaded" — here you can see the threads.
 #
-# On this CPU-only machine `torch.nn.DataParallel` finds no accelerator and *is* the
-# plain module — the comparison says so.
+# torch's `nn.DataParallel` only knows GPUs: in a process that sees none it *is* the
+# plain module, which is what our simulated devices are compared with (on any machine:
+# the devices are chosen, not guessed) — the comparison says so.
 
 # %%
 import inspect
@@ -30,6 +31,7 @@ from torch.func import functional_call
 
 import minidp
 from minidp.dp import gather, parallel_apply, replicate, scatter, textbook
+from minidp.dp.devices import official_data_parallel
 
 kit.title("Lesson 3: replicate + parallel_apply -> DataParallel")
 torch.set_num_threads(1)  # the replica threads already share the cores
@@ -103,8 +105,12 @@ single_losses = kit.train_single(single, data)
 dp = minidp.DataParallel(kit.make_model(seed=0), device_ids=DEVICES)
 dp_losses = kit.train_single(dp, data)  # the same loop; the wrapper is just a module
 
-official = nn.DataParallel(kit.make_model(seed=0))
-print(f"torch.nn.DataParallel here: device_ids={official.device_ids} -> the plain module")
+# torch's wrapper cannot simulate devices: in a process without GPUs,
+# nn.DataParallel(model) has device_ids=[] and its forward is the plain module's.
+# official_data_parallel picks that for our simulated devices (torch's real wrapper
+# for CUDA ones), whatever GPUs this machine has.
+official = official_data_parallel(kit.make_model(seed=0), DEVICES)
+print("torch.nn.DataParallel for simulated devices: the plain module, full batch")
 torch_losses = kit.train_single(official, data)
 print(f"{'step':>4} {'one device':>11} {'minidp DP x4':>13} {'torch DP':>9}")
 for i in range(0, STEPS, max(STEPS // 6, 1)):
@@ -187,7 +193,7 @@ kit.check(
     rtol=1e-4,
     atol=1e-5,
 )
-kit.check("torch.nn.DataParallel (CPU: plain module) vs one device", official.module, single)
+kit.check("torch.nn.DataParallel (CPU: plain module) vs one device", official, single)
 kit.check_true(
     "the step shown in section 5 is minidp.dp.textbook's own function, not a copy",
     textbook.data_parallel_step.__module__ == "minidp.dp.textbook"

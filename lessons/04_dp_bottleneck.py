@@ -26,6 +26,7 @@ from torch import nn
 import minidp
 from minidp.bench.verdict import compare, interleave
 from minidp.dp import gather, memory_report, parallel_apply, replicate, scatter
+from minidp.dp.devices import official_data_parallel
 
 kit.title("Lesson 4: DP's main-device bottleneck, measured")
 torch.set_num_threads(1)
@@ -190,7 +191,7 @@ kit.check_true(
     f"{rows[0].total:,} vs {max(r.total for r in rows[1:]):,}",
 )
 twin = kit.make_model(seed=0, width=WIDTH, depth=3)
-official = nn.DataParallel(twin)
+official = official_data_parallel(twin, ["cpu"] * 4)  # simulated: torch's is the plain module
 nn.functional.cross_entropy(official(x), y).backward()
 dp_model = kit.make_model(seed=0, width=WIDTH, depth=3)
 nn.functional.cross_entropy(minidp.DataParallel(dp_model, device_ids=["cpu"] * 4)(x), y).backward()

@@ -27,6 +27,7 @@ from torch import nn
 import minidp
 from minidp.bench.verdict import compare, interleave
 from minidp.dp import memory_report
+from minidp.dp.devices import official_data_parallel
 
 WIDTH, DEPTH = kit.pick((512, 4), (64, 2))
 BATCH = kit.pick(512, 64)  # global batch
@@ -95,7 +96,9 @@ if __name__ == "__main__":
     trainers = {
         "one process, all cores": Trainer(fresh(), data, threads=THREADS),
         "one process, 1 thread": Trainer(fresh(), data),
-        "torch.nn.DataParallel (CPU: plain module)": Trainer(nn.DataParallel(fresh()), data),
+        "torch.nn.DataParallel (CPU: plain module)": Trainer(
+            official_data_parallel(fresh(), ["cpu"] * WORLD), data
+        ),
         "minidp.DataParallel, 2 simulated devices": Trainer(
             minidp.DataParallel(fresh(), device_ids=["cpu"] * WORLD), data
         ),
@@ -196,7 +199,7 @@ if __name__ == "__main__":
     single = trained["one process, 1 thread"]
     kit.check(
         "torch.nn.DataParallel vs one process, after all steps",
-        trained["torch.nn.DataParallel (CPU: plain module)"].module,
+        trained["torch.nn.DataParallel (CPU: plain module)"],
         single,
     )
     kit.check(

@@ -67,6 +67,6 @@ def test_bench_quick_run_prints_table_and_restores_threads(capsys):
     out = capsys.readouterr().out
     assert "torch.nn.DataParallel" in out
     if not torch.cuda.is_available():
-        assert "no GPU: it is the plain model" in out and "2 chunks in turn" in out
+        assert "without GPUs it is the plain model" in out and "2 chunks in turn" in out
     assert "minidp DataParallel" in out and "vs torch DP" in out and "(main)" in out
     assert torch.get_num_threads() == before

@@ -35,6 +35,7 @@ from torch import nn
 import minidp
 from minidp.ddp import textbook
 from minidp.ddp.textbook_sampler import DistributedSampler as TextbookSampler
+from minidp.dp.devices import official_data_parallel
 from minidp.dp.textbook import data_parallel_step
 from minidp.launch import run_threads
 
@@ -68,15 +69,15 @@ def test_data_parallel_step_bit_exact_with_definition_and_minidp(name, n):
 
 def test_data_parallel_step_vs_torch_data_parallel_on_cpu():
     model, (x, *_), _ = make_case("mlp", batch=14, seed=0)
-    official = nn.DataParallel(copy.deepcopy(model))
-    assert official.device_ids == []  # no accelerator: torch's wrapper is the plain module
+    # simulated devices: torch's wrapper is what it is without GPUs, the plain module
+    official = official_data_parallel(copy.deepcopy(model), ["cpu"] * 4)
     out, _ = data_parallel_step(model, x, x, lambda o, _: loss_of(o), ["cpu"] * 4)
     ref = official(x)
     loss_of(ref).backward()
     # float32: per-chunk matmuls and a sum of 4 chunk gradients vs one full-batch matmul
     # round differently; the default float32 tolerances hold (a few ulps).
     torch.testing.assert_close(out, ref)
-    for a, b in zip(model.parameters(), official.module.parameters()):
+    for a, b in zip(model.parameters(), official.parameters()):
         torch.testing.assert_close(a.grad, b.grad)
 
 

@@ -13,9 +13,11 @@ thread also fans each op out over all cores, and n replicas x cores threads over
 the machine (times then swing by 10x from run to run).
 
 * **one device**: the plain model on the full batch.
-* **torch.nn.DataParallel**: the official wrapper. On a machine without GPUs it *is* the
-  plain model (its constructor finds no accelerator and forward calls the module), so on
-  CPU this row measures the same thing as "one device" — the table says so.
+* **torch.nn.DataParallel**: the official wrapper, on the same devices. torch's wrapper
+  cannot simulate devices: in a process without GPUs it *is* the plain model (its forward
+  calls the module), so with simulated devices this row measures the same thing as "one
+  device" — the table says so. ``--gpus`` runs every row on the visible GPUs instead
+  (the devices are chosen by the flag, never guessed from the machine).
 * **minidp DataParallel** with ``n`` devices: on CPU, ``n`` simulated devices (threads
   sharing the machine's cores), so this measures DP's overhead — replicate every step,
   threads, the gather and the gradient sum — not a speed-up: the cores do not multiply.
@@ -40,6 +42,7 @@ import torch
 from torch import nn
 
 from minidp.dp import DataParallel, memory_report, replicate
+from minidp.dp.devices import gpu_count, official_data_parallel
 
 
 def make_model(width: int) -> nn.Module:
@@ -115,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Step time of minidp DataParallel vs torch.nn.DataParallel vs one device.",
     )
     parser.add_argument("--devices", default="2,4", help="simulated device counts (CPU)")
+    parser.add_argument("--gpus", action="store_true", help="use every visible GPU instead")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--width", type=int, default=512, help="hidden units of the MLP")
     parser.add_argument("--steps", type=int, default=90, help="timed steps per row")
@@ -127,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         help="torch.set_num_threads for every row (default 1; 0 keeps torch's default)",
     )
     args = parser.parse_args(argv)
+    if args.gpus and gpu_count() < 1:
+        parser.error("--gpus: no CUDA device visible (leave it out to simulate devices on CPU)")
     threads_before = torch.get_num_threads()
     if args.intra_op_threads > 0:
         # Each replica thread would otherwise start its own pool of intra-op threads:
@@ -143,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 def bench(args: argparse.Namespace) -> None:
     """Time every row, print the table and the byte report."""
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = gpu_count() if args.gpus else 0  # the devices asked for, not the machine's
     main_dev = torch.device("cuda", 0) if gpus else torch.device("cpu")
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch, args.width, generator=g).to(main_dev)
@@ -156,25 +162,25 @@ def bench(args: argparse.Namespace) -> None:
         f"interleaved rounds"
     )
     print(
-        f"machine: {f'{gpus} GPU(s)' if gpus else 'no GPU'}, "
+        f"devices: {f'{gpus} GPU(s)' if gpus else 'simulated on CPU'}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s)"
     )
 
-    torch_dp = nn.DataParallel(copy.deepcopy(base))
-    n_torch = len(torch_dp.device_ids)
+    if gpus:
+        configs = [list(range(gpus))]
+    else:
+        configs = [["cpu"] * int(k) for k in args.devices.split(",")]
+    official_devices = [torch.device("cuda", i) for i in range(gpus)] or [main_dev]
+    torch_dp = official_data_parallel(copy.deepcopy(base), official_devices)
     rows = [
         Row("one device (plain model)", copy.deepcopy(base), 1),
         Row(
             "torch.nn.DataParallel",
             torch_dp,
-            max(n_torch, 1),
-            "" if n_torch else "no GPU: it is the plain model",
+            max(gpus, 1),
+            "" if gpus else "without GPUs it is the plain model",
         ),
     ]
-    if gpus:
-        configs = [list(range(gpus))]
-    else:
-        configs = [["cpu"] * int(k) for k in args.devices.split(",")]
     replicate_times = []
     for ids in configs:
         ours = DataParallel(copy.deepcopy(base), device_ids=ids)

@@ -16,8 +16,10 @@ Then the optimizer step on the main device's model, and the next step's ``replic
 copying the *updated* weights to every device again (DP's per-step cost). It ends with
 the parity checks: the step equals the per-chunk definition of DP
 (``torch.equal`` on outputs and gradients), and it is close to ``torch.nn.DataParallel``
-(on a CPU-only machine that is the plain module on the full batch, which rounds
-differently, so the check there is ``assert_close`` and the max difference is printed).
+on the same devices (for simulated devices: what torch's wrapper is in a process without
+GPUs, the plain module on the full batch, which rounds differently, so the check there is
+``assert_close`` and the max difference is printed). The devices are the ones asked for
+(``--devices`` or ``--gpus``), never guessed from what the machine has.
 
 Colour: on when stdout is a terminal and NO_COLOR is unset (``--color always|never``).
 
@@ -43,7 +45,7 @@ from minidp.demo.dp_run import StepRecord, UpdateRecord
 from minidp.demo.dp_view import Paint, render_step, render_update, shape
 from minidp.dp import gather, memory_report, parallel_apply, replicate, scatter_kwargs
 from minidp.dp.data_parallel import DataParallel
-from minidp.dp.devices import slot_label
+from minidp.dp.devices import official_data_parallel, slot_label
 
 
 def make_model_and_data(batch: int, seed: int = 0):
@@ -127,11 +129,12 @@ def _describe(m: nn.Module) -> str:
     return type(m).__name__
 
 
-def parity(model0: nn.Module, x, y, n: int, out, grads, p: Paint) -> bool:
+def parity(model0: nn.Module, x, y, devices: list, out, grads, p: Paint) -> bool:
     """Compare the step with the per-chunk definition and with torch.nn.DataParallel."""
     print()
     print(p.head("8. parity checks (the step above, before the optimizer step)"))
     # (a) the definition: each chunk on the plain model, outputs concatenated, grads summed
+    n = len(devices)
     ref = copy.deepcopy(model0)
     outs = [ref(c) for c in x.chunk(n)]
     ref_out = torch.cat(outs)
@@ -150,8 +153,13 @@ def parity(model0: nn.Module, x, y, n: int, out, grads, p: Paint) -> bool:
 
     # (b) the official wrapper on the same model and data
     twin = copy.deepcopy(model0)
-    official = nn.DataParallel(twin)
-    where = "GPUs" if official.device_ids else "no GPU: it is the plain module, full batch"
+    official = official_data_parallel(twin, devices)
+    where = (
+        f"on {', '.join(map(str, devices))}"
+        if official is not twin
+        else "simulated devices: torch's wrapper, in a process without GPUs, is the plain "
+        "module on the full batch"
+    )
     t_out = official(x)
     nn.functional.mse_loss(t_out, y).backward()
     diff = max(
@@ -211,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     update = record_update(model, devices, len(step.rows))
     print("\n".join(render_update(update, step.labels, p)))
-    ok = parity(model0, x, y, len(devices), step.out, step.grads, p) and update.fresh
+    ok = parity(model0, x, y, devices, step.out, step.grads, p) and update.fresh
 
     print()
     print(p.head("9. where the bytes are (one step, counted per device)"))

@@ -94,3 +94,19 @@ def slot_label(devices: Sequence[torch.device], slot: int) -> str:
     if list(devices).count(device) > 1:
         return f"{device} #{slot}"
     return str(device)
+
+
+def official_data_parallel(module: torch.nn.Module, devices: Sequence[torch.device]):
+    """torch's ``DataParallel`` on the same devices as a minidp ``DataParallel``, to compare.
+
+    CUDA devices: ``torch.nn.DataParallel(module, device_ids=<their indices>)`` (``module``
+    must already be on the first). Simulated ``"cpu"`` devices: torch's wrapper cannot
+    simulate devices; in a process that sees no GPU, ``torch.nn.DataParallel(module)``
+    *is* the plain module on the full batch, so that is what this returns — chosen here
+    by the devices asked for, not by what the machine has (with a GPU present, torch's
+    wrapper would move to ``cuda:0`` and refuse a CPU module).
+    """
+    devices = [torch.device(d) for d in devices]
+    if all(d.type == "cpu" for d in devices):
+        return module
+    return torch.nn.DataParallel(module, device_ids=[as_device(d).index for d in devices])

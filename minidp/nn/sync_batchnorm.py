@@ -39,7 +39,7 @@ def _global_stats(x: torch.Tensor, group) -> tuple[torch.Tensor, torch.Tensor, t
     c = x.shape[1]
     flat = x.transpose(0, 1).reshape(c, -1).double()  # (C, n_r): stats in float64
     n = flat.shape[1]
-    mean = flat.mean(1) if n else torch.zeros(c, dtype=torch.float64)
+    mean = flat.mean(1) if n else torch.zeros(c, dtype=torch.float64, device=x.device)
     m2 = ((flat - mean[:, None]) ** 2).sum(1)  # (C,) squared deviations from the local mean
     world = comm.get_world_size(group)
     # First the shapes, so that a mismatch is an error on every rank, not a wrong-size gather.
@@ -63,7 +63,7 @@ def _global_stats(x: torch.Tensor, group) -> tuple[torch.Tensor, torch.Tensor, t
     part = torch.cat([mean, m2])  # (2C,)
     parts = [torch.empty_like(part) for _ in range(world)]
     comm.all_gather(parts, part, group=group)
-    ns = torch.tensor(counts, dtype=torch.float64)[:, None]  # (world, 1)
+    ns = torch.tensor(counts, dtype=torch.float64, device=x.device)[:, None]  # (world, 1)
     means, m2s = torch.stack(parts).split(c, dim=1)  # (world, C) each
     total = ns.sum()
     g_mean = (ns * means).sum(0) / total  # (C,)
@@ -124,8 +124,17 @@ class SyncBatchNorm(_BatchNorm):
         affine: bool = True,
         track_running_stats: bool = True,
         process_group=None,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
     ) -> None:
-        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+        # bias=False (torch 2.13+: an affine weight without a bias) only where asked, so
+        # older torch, whose BatchNorm has no such keyword, still builds the default
+        extra = {} if bias else {"bias": False}
+        super().__init__(
+            num_features, eps, momentum, affine, track_running_stats, device, dtype, **extra
+        )
         self.process_group = process_group
 
     def _check_input_dim(self, x: torch.Tensor) -> None:
@@ -172,6 +181,7 @@ class SyncBatchNorm(_BatchNorm):
                 module.affine,
                 module.track_running_stats,
                 process_group,
+                device=module.running_mean.device if module.running_mean is not None else None,
             )
             if module.affine:
                 with torch.no_grad():
