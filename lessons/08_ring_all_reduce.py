@@ -181,6 +181,33 @@ if __name__ == "__main__":
         print(f" textbook layout max |diff| {tb:.2g}")
 
 # %% [markdown]
+# ## 3b. Where the bytes live: gloo, NCCL and GPU memory
+# A send hands the backend a pointer. **gloo** writes those bytes to a TCP socket, so
+# the pointer must be host memory: torch's gloo *collectives* copy a CUDA tensor to the
+# host and back themselves, but its point-to-point `send`/`recv` — what this ring is
+# made of — do not (a CUDA tensor there aborts the process with "Bad address").
+# **NCCL** moves GPU memory only, GPU to GPU (NVLink, PCIe, InfiniBand), never through
+# the host. So minidp's `p2p` layer asks, per message, whether the group's backend can
+# read the tensor where it is, and copies it where it can if not (`comm/device.py`):
+# a CUDA tensor on gloo goes through the host — the one-GPU classroom, two ranks sharing
+# a GPU, must use gloo because NCCL refuses two ranks on one device; on NCCL it goes as
+# it is. The copies change no bits: the ring's sums are the same on either side.
+
+
+# %%
+if __name__ == "__main__":
+    from minidp.comm.device import reads
+
+    backends = ("gloo", "nccl", "cpu:gloo,cuda:nccl")
+    print(f"{'backend':>20} | {'cpu tensor':^12} | {'cuda tensor':^12}")
+    for backend in backends:
+        cells = [
+            "as it is" if reads(backend, kind) else ("via GPU" if kind == "cpu" else "via host")
+            for kind in ("cpu", "cuda")
+        ]
+        print(f"{backend:>20} | {cells[0]:^12} | {cells[1]:^12}")
+
+# %% [markdown]
 # ## 4. Bus bandwidth
 # `algbw = S / time`. For all-reduce, `busbw = algbw · 2(n-1)/n`: the rate each link
 # actually carries, comparable across world sizes and with the link's raw bandwidth

@@ -45,6 +45,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
+import minidp
+
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 STEPS, BATCH = kit.pick(5, 3), 32
 
@@ -82,6 +84,22 @@ def gpu_rank(rank: int, world: int) -> dict:
         "saved_on": sorted(saved_on),
         "loaded_on": sorted({str(t.device) for t in loaded.values()}),
     }
+
+
+def shared_gpu_rank(rank: int, world: int) -> dict:
+    """Two ranks on ONE GPU (gloo: NCCL refuses two ranks per device): torch's DDP and
+    minidp's, each with device_ids=[0] and CPU batches the wrapper moves to the GPU."""
+    params = {}
+    for name, cls in (("torch", TorchDDP), ("minidp", minidp.DistributedDataParallel)):
+        ddp = cls(kit.make_model().to("cuda:0"), device_ids=[0])
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for xb, yb in gpu_data():
+            opt.zero_grad()
+            out = ddp(xb.chunk(world)[rank])  # a CPU tensor in, a cuda:0 tensor out
+            nn.functional.cross_entropy(out, yb.chunk(world)[rank].to("cuda:0")).backward()
+            opt.step()
+        params[name] = [p.detach().cpu() for p in ddp.module.parameters()]
+    return params
 
 
 def one_gpu_reference() -> list[torch.Tensor]:
@@ -129,6 +147,10 @@ if __name__ == "__main__":
             TorchDDP(kit.make_model(), device_ids=[0])
         except ValueError as exc:
             refused["device_ids"] = first_line(exc)
+        try:  # minidp's DDP takes torch's arguments and refuses the same way
+            minidp.DistributedDataParallel(kit.make_model(), device_ids=[0])
+        except ValueError as exc:
+            minidp_refused = first_line(exc)
         finally:
             dist.destroy_process_group()
         for what, message in refused.items():
@@ -168,7 +190,9 @@ if __name__ == "__main__":
 # ## 3. With GPUs: DDP on NCCL, `device_ids`, pinned copies, `map_location`
 # One GPU: a 1-rank NCCL DDP trains exactly like plain training on that GPU (one rank's
 # all-reduce is the identity, and dividing by 1 is exact). Two or more: 2 ranks, each on
-# its own GPU, against one GPU on the whole batch.
+# its own GPU, against one GPU on the whole batch. And the one-GPU classroom: two ranks
+# sharing one GPU over gloo, torch's DDP against minidp's, bit for bit (gloo sends from
+# host memory, so both copy each bucket through the host: lesson 8, section 3b).
 
 # %%
 if __name__ == "__main__":
@@ -184,6 +208,8 @@ if __name__ == "__main__":
                 f"{world} rank(s): saved on {gpu_runs[world][0]['saved_on']}, loaded on "
                 f"{gpu_runs[world][0]['loaded_on']}"
             )
+        shared = kit.spawn(shared_gpu_rank, 2)  # gloo, both ranks on cuda:0
+        print("2 ranks on one GPU (gloo): torch's DDP and minidp's trained")
     else:
         print("skipped: no CUDA device here (torch.cuda.is_available() is False)")
 
@@ -205,6 +231,11 @@ if __name__ == "__main__":
             "without a GPU, set_device, pinned memory, NCCL and device_ids are refused",
             set(refused) == {"set_device", "pin_memory", "nccl", "device_ids"},
             ", ".join(refused),
+        )
+        kit.check_true(
+            "minidp's DDP refuses device_ids on a CPU module with torch's words",
+            minidp_refused.startswith(refused["device_ids"].rstrip(".")),
+            minidp_refused,
         )
         kit.check_true(
             "the device_ids error is shown whole: what was passed and where the module is",
@@ -231,4 +262,9 @@ if __name__ == "__main__":
         )
         if world > 1:
             kit.check("rank 1's model vs rank 0's", ranks[1]["params"], ranks[0]["params"])
+    if GPUS:
+        for rank, result in enumerate(shared):
+            kit.check(
+                f"one GPU, rank {rank}: minidp DDP vs torch DDP", result["minidp"], result["torch"]
+            )
     kit.done()

@@ -22,23 +22,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_real_scripts import LAUNCHER_ENV  # what an outer launcher may have set
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 SCRIPT = SCRIPTS / "multinode_ddp.py"
 REPO = Path(__file__).resolve().parents[1]
 AGENT_TIMEOUT_S = 120  # a hung rendezvous fails the test instead of hanging it
-# What an outer launcher may have set: the agents must compute their own.
-LAUNCHER_ENV = (
-    "RANK",
-    "LOCAL_RANK",
-    "GROUP_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RUN_ID",
-    "OMP_NUM_THREADS",
-)
 
 
 def _one_node(rank: int, world: int, out: str) -> None:
