@@ -52,6 +52,10 @@ def worker(rank, world_size, port, backend, timeout, conn, parent_pid) -> None:
     os.environ.update({k: str(v) for k, v in env.items()})
     if "OMP_NUM_THREADS" not in os.environ and world_size > 1:
         torch.set_num_threads(1)  # like torchrun: ranks sharing cores should not oversubscribe
+    if "nccl" in backend and torch.cuda.is_available():
+        # NCCL: one GPU per rank, chosen here as torchrun scripts do with LOCAL_RANK
+        # (without it every rank's NCCL buffers land on GPU 0)
+        torch.cuda.set_device(rank % torch.cuda.device_count())
     try:
         store = dist.TCPStore(
             "127.0.0.1", port, world_size, False, datetime.timedelta(seconds=timeout)
