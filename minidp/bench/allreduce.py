@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 import minidp
+from minidp.bench.args import positive_float, positive_int, world_size
 from minidp.bench.verdict import compare
 from minidp.comm import agree, ring
 from minidp.comm import group as groups
@@ -114,16 +115,21 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--worlds", type=int, nargs="+", default=[2, 4], help="world sizes (2 4)")
-    p.add_argument("--min-size", type=int, default=4 * KIB, help="smallest size in bytes (4 KiB)")
-    p.add_argument("--max-size", type=int, default=64 << 20, help="largest size in bytes (64 MiB)")
-    p.add_argument("--budget", type=float, default=1.5, help="seconds per size (1.5)")
-    p.add_argument("--max-reps", type=int, default=50, help="repetitions per size at most (50)")
+    p.add_argument("--worlds", type=world_size, nargs="+", default=[2, 4], help="world sizes")
+    p.add_argument("--min-size", type=positive_int, default=4 * KIB, help="smallest, bytes")
+    p.add_argument("--max-size", type=positive_int, default=64 << 20, help="largest, bytes")
+    p.add_argument("--budget", type=positive_float, default=1.5, help="seconds per size (1.5)")
+    p.add_argument("--max-reps", type=positive_int, default=50, help="repetitions per size, most")
     p.add_argument("--quick", action="store_true", help="sizes 4 KiB..1 MiB, short budget")
     p.add_argument(
         "--breakdown", action="store_true", help="also time the ring's data pass and check alone"
     )
     args = p.parse_args(argv)
+    if args.min_size > args.max_size:
+        p.error(
+            f"--min-size {args.min_size} is above --max-size {args.max_size}: expected "
+            "min <= max (sizes grow 4x from the min up to the max)"
+        )
     if args.quick:
         args.max_size, args.budget, args.max_reps = min(args.max_size, 1 << 20), 0.2, 5
     sizes = []

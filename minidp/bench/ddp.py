@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 import minidp
+from minidp.bench.args import float_list, nonnegative_int, positive_int, world_size
 from minidp.bench.verdict import compare
 from minidp.launch import ProcessWorld
 
@@ -134,19 +135,21 @@ def _vs(results: list[dict], a: str, b: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="minidp bench ddp", description=__doc__.split("\n")[0])
-    parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--width", type=int, default=1024, help="MLP width (1024: 8.4M params)")
-    parser.add_argument("--batch", type=int, default=64, help="samples per rank per step")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per row per round")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per row, first")
+    parser.add_argument("--world-size", type=world_size, default=2)
+    parser.add_argument("--width", type=positive_int, default=1024, help="MLP width (8.4M params)")
+    parser.add_argument("--batch", type=positive_int, default=64, help="samples per rank/step")
+    parser.add_argument("--steps", type=positive_int, default=8, help="timed steps/row/round")
+    parser.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed steps per row")
     parser.add_argument(
-        "--rounds", type=int, default=3, help="rounds (progress is shown after each)"
+        "--rounds", type=positive_int, default=3, help="rounds (progress after each)"
     )
-    parser.add_argument("--caps", default=",".join(map(str, SWEEP_CAPS)), help="MiB, comma list")
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    parser.add_argument(
+        "--caps", type=float_list, default=list(SWEEP_CAPS), help="bucket caps, MiB, comma list"
+    )
+    parser.add_argument("--threads", type=positive_int, default=1, help="intra-op threads/rank")
     parser.add_argument("--quick", action="store_true", help="tiny model, 1 round: smoke run")
     args = parser.parse_args(argv)
-    args.caps = [float(c) if "." in c else int(c) for c in args.caps.split(",") if c]
+    args.caps = [int(c) if c == int(c) else c for c in args.caps]  # 25, not 25.0, in tables
     if args.quick:
         args.width, args.steps, args.rounds = 128, 2, 1
         args.warmup, args.caps = 1, args.caps[:2]

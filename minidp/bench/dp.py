@@ -41,6 +41,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from minidp.bench.args import int_list, nonnegative_int, positive_int
 from minidp.dp import DataParallel, memory_report, replicate
 from minidp.dp.devices import gpu_count, official_data_parallel
 
@@ -117,16 +118,18 @@ def main(argv: list[str] | None = None) -> int:
         prog="minidp bench dp",
         description="Step time of minidp DataParallel vs torch.nn.DataParallel vs one device.",
     )
-    parser.add_argument("--devices", default="2,4", help="simulated device counts (CPU)")
+    parser.add_argument(
+        "--devices", type=int_list, default=[2, 4], help="simulated device counts (CPU), e.g. 2,4"
+    )
     parser.add_argument("--gpus", action="store_true", help="use every visible GPU instead")
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--width", type=int, default=512, help="hidden units of the MLP")
-    parser.add_argument("--steps", type=int, default=90, help="timed steps per row")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per round")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds over the rows")
+    parser.add_argument("--batch", type=positive_int, default=256)
+    parser.add_argument("--width", type=positive_int, default=512, help="hidden units of the MLP")
+    parser.add_argument("--steps", type=positive_int, default=90, help="timed steps per row")
+    parser.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed steps/round")
+    parser.add_argument("--rounds", type=positive_int, default=5, help="interleaved rounds")
     parser.add_argument(
         "--intra-op-threads",
-        type=int,
+        type=nonnegative_int,
         default=1,
         help="torch.set_num_threads for every row (default 1; 0 keeps torch's default)",
     )
@@ -169,7 +172,7 @@ def bench(args: argparse.Namespace) -> None:
     if gpus:
         configs = [list(range(gpus))]
     else:
-        configs = [["cpu"] * int(k) for k in args.devices.split(",")]
+        configs = [["cpu"] * k for k in args.devices]
     official_devices = [torch.device("cuda", i) for i in range(gpus)] or [main_dev]
     torch_dp = official_data_parallel(copy.deepcopy(base), official_devices)
     rows = [

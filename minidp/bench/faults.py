@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from minidp.bench.args import positive_float, positive_int
 from minidp.bench.checked_cost import checked_cost, cost_table
 from minidp.bench.fault_cases import BACKSTOP_S, FAULTS, TIMEOUT_S, Fault
 from minidp.bench.fault_cases import (  # re-exported: tests reuse the SIGKILL injector
@@ -183,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-cost", action="store_true", help="skip the checked-mode measurement")
     p.add_argument(
         "--sizes",
-        type=int,
+        type=positive_int,
         nargs="+",
         default=[4, 4096, 256 << 10, 16 << 20],
         help="all-reduce sizes in bytes for the checked-mode cost (4 B, 4 KiB, 256 KiB, 16 MiB)",
     )
-    p.add_argument("--budget", type=float, default=2.0, help="seconds per size (2)")
+    p.add_argument("--budget", type=positive_float, default=2.0, help="seconds per size (2)")
     args = p.parse_args(argv)
     rows = FAULTS + LAUNCH_FAULTS + COMM_FAULTS
     faults = [f for f in rows if args.only.lower() in f.name.lower()]

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from minidp.bench import abba
+from minidp.bench.args import nonnegative_int, positive_int, world_size
 from minidp.bench.ddp import make_model
 from minidp.bench.zero import LR, no_fsdp2, torch_fsdp2
 from minidp.comm import count_traffic
@@ -210,20 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sizes", type=_sizes, default=[1.0, 4.0, 16.0, 64.0], help="M params (1,4,16,64)"
     )
-    parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=64, help="samples per rank per step")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per row (3)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per row, first")
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    parser.add_argument("--world-size", type=world_size, default=2)
+    parser.add_argument("--batch", type=positive_int, default=64, help="samples per rank/step")
+    parser.add_argument("--steps", type=positive_int, default=3, help="timed steps per row (3)")
+    parser.add_argument("--warmup", type=nonnegative_int, default=1, help="untimed steps per row")
+    parser.add_argument("--threads", type=positive_int, default=1, help="intra-op threads/rank")
     parser.add_argument("--out", default="scaling.png", help="where the PNG goes")
     parser.add_argument("--quick", action="store_true", help="two tiny sizes, 1 step: smoke run")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.steps, args.warmup = [0.01, 0.04], 1, 1
-    if args.world_size < 2:
-        parser.error(f"--world-size: expected at least 2 ranks, got {args.world_size}")
-    if args.steps < 1 or args.warmup < 0:
-        parser.error(f"--steps >= 1 and --warmup >= 0 expected, got {args.steps}, {args.warmup}")
     args.fsdp2 = no_fsdp2() is None
     print(
         f"bench scaling: {args.world_size} ranks (processes, gloo), sizes {args.sizes} M params, "

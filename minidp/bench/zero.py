@@ -37,20 +37,18 @@ Test: ``pytest tests/test_bench_sharded.py -k zero``; ``pytest tests/test_memory
 
 from __future__ import annotations
 
-import argparse
 import gc
 import statistics
 import sys
-import time
 
 import torch
 from torch import nn
 
 import minidp
 from minidp.bench import abba
+from minidp.bench.args import run_ranks, sharded_cli
 from minidp.bench.ddp import make_model
 from minidp.bench.phases import format_phases, take_turns
-from minidp.launch import ProcessWorld
 from minidp.zero import Zero2Optimizer
 from minidp.zero.stages import step_traffic
 
@@ -211,30 +209,7 @@ def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="minidp bench zero", description=__doc__.split("\n")[0])
-    parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--width", type=int, default=WIDTH, help="MLP width (1440: 16.6M params)")
-    parser.add_argument("--batch", type=int, default=64, help="samples per rank per step")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per row, first")
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
-    parser.add_argument("--breakdown", action="store_true", help="time forward/backward/step apart")
-    parser.add_argument("--breakdown-steps", type=int, default=10, help="steps per side (10)")
-    parser.add_argument("--quick", action="store_true", help="tiny model, 2 blocks: smoke run")
-    abba.add_arguments(parser, budget=90.0)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.width, args.warmup, args.min_blocks, args.max_blocks = 64, 1, 2, 2
-        args.breakdown_steps = 2
-    if args.world_size < 2:
-        parser.error(
-            f"--world-size: expected at least 2 ranks to shard over, got {args.world_size}"
-        )
-    if args.width < 1 or args.breakdown_steps < 1:
-        parser.error(
-            f"--width and --breakdown-steps: expected positive integers, got {args.width} "
-            f"and {args.breakdown_steps}"
-        )
-    args.abba = abba.options(args, parser)
+    args = sharded_cli("minidp bench zero", __doc__.split("\n")[0], WIDTH, argv)
     args.fsdp2 = no_fsdp2() is None
     numel = sum(p.numel() for p in make_model(args.width).parameters())
     print(
@@ -244,11 +219,12 @@ def main(argv: list[str] | None = None) -> int:
         f"step-seconds at most); torch {torch.__version__}",
         flush=True,
     )
-    t0 = time.perf_counter()
-    with ProcessWorld(args.world_size, timeout=300) as world:
-        results = world.run(_rank_main, args)
-    report(results, args.world_size, numel, args.fsdp2)
-    print(f"\n(total {time.perf_counter() - t0:.0f} s)")
+    run_ranks(
+        args.world_size,
+        _rank_main,
+        args,
+        lambda results: report(results, args.world_size, numel, args.fsdp2),
+    )
     return 0
 
 
