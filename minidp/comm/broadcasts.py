@@ -12,9 +12,9 @@ Test it: ``pytest tests/test_broadcast_async.py tests/test_collectives.py -k bro
   calls: between two ranks gloo has one TCP connection, every message queues on it in
   order, and each call's own header check would wait behind the megabytes before it.
   Why not one flat buffer per owner (minidp's first ZeRO-1): a fresh tensor of tens of MB
-  is fresh memory from the OS every step, and writing it page-faults 4 KiB at a time —
-  at 2 ranks and 16.6 M parameters the copy-in, copy-out and faults made the broadcast
-  phase 2.5x torch's (66.6 vs 26.6 ms on rank 0).
+  is fresh memory from the OS every step, and writing it page-faults 4 KiB at a time; the
+  copy-in, copy-out and faults cost more than the broadcast itself (``bench zero
+  --breakdown`` times the step phase).
 """
 
 from __future__ import annotations

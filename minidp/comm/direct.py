@@ -32,8 +32,7 @@ from minidp.comm.ring import gloo_layout, reduce_in_place
 
 # Tensors up to this many bytes take the one-exchange path (the ring's chunks, gloo
 # layout); larger ones the ring. ``python -m minidp bench allreduce`` times both at every
-# size (rows "auto" and "ring"): at 2 ranks, 4-256 KiB, this path read 1.6-2.1x gloo and
-# the ring 2.2-3.3x on 2 cores (the README's table).
+# size (rows "auto" and "ring"); the README's table says where each wins.
 SMALL_BYTES = 256 << 10
 
 

@@ -29,37 +29,14 @@ rank it reaches computes ``acc = mine + acc``, and it ends on rank ``c``:
 ``x[c] + (x[c+1] + (... + (x[c-2] + x[c-1])))`` (indices mod n). Floating-point addition is
 not associative, so this order is what makes the bits match.
 
-Small tensors, and why this ring is not used for them. ``python -m minidp bench
-allreduce`` at 2 ranks (time over gloo's, same run) measured this ring at 6.0–8.9× gloo for
-16–64 KiB, though it moves only ``S`` bytes. What cost the time was waiting, not bytes:
-
-* the cross-rank check went to rank 0 and back before any data: two message latencies.
-  It is all-to-all now (``agree.py``): one;
-* each of the ring's ``2(n-1)`` steps waits for a message, and a waiting thread sleeps. On
-  the 2-core VM behind these numbers a thread woken on an idle CPU sometimes waits a
-  scheduler tick (~4 ms): a plain gloo send/recv exchange of 64 KiB took 0.20 ms at the
-  median but 3.7 ms at the 90th percentile, and 0.24 ms there with both CPUs kept busy by
-  two ``nice 19`` spinning processes. Every wait is a chance to meet that stall, so the
-  more waits a call has, the closer its *median* gets to it. gloo's C++ ring waits less.
-
-So ``minidp.comm.all_reduce`` sends a tensor up to 256 KiB whole, in one exchange, and adds
-the chunks locally in the order above (``direct.py``: the same bits); this ring takes
-the bigger ones. Measured after the change: ``all_reduce`` 1.6–2.1× gloo at 4–256 KiB, this
-ring alone 2.2–3.3× (its check got cheaper too). Above 256 KiB the ring is still ~2× gloo
-at 1–4 MiB and 1.0–1.2× at 64 MiB (the README's table, with spreads). At 1–4 MiB
-``bench allreduce --breakdown`` splits that: the data pass alone (:func:`gloo_ring`)
-1.2–1.5× gloo, the cross-rank check before it 0.5–0.7 ms (one message round).
-
-Where the rest goes (2 ranks, 2 cores, measured with ``time.thread_time`` per call, the
-calling thread's CPU only, which background load barely moves): gloo's ``all_reduce``
-84-124 us, a bare gloo send/recv exchange 66-95 us, this ring 620-990 us (check 210-260,
-data pass 310-670). Two changes cut it from 760-1170 us: the header check posts the next
-call's receives ahead (``headers.py``: gloo sends only into an announced receive, so a
-header posted at the call cost two latencies, now one), and the schedule below is
-computed once per size (:func:`schedule`, cached). What is left is Python per message
-(~3 us a send or receive, ~6 us an add) and, on an idle VM, the wake-up stalls above: the
-barrier-separated harness still reads the ring at 3.1x gloo at 16 KiB and 2.5x at 1 MiB,
-each with a middle half spanning 1.6-9x.
+Small tensors, and why this ring is not used for them. The ring moves the fewest bytes,
+but it takes ``2(n-1)`` *dependent* steps, and for a small tensor each step costs a
+message latency and some Python, not bytes: every wait is also a chance for the waiting
+thread to be woken late by the scheduler. So ``minidp.comm.all_reduce`` sends a tensor up
+to 256 KiB whole, in one exchange, and adds the chunks locally in the order above
+(``direct.py``: the same bits); this ring takes the bigger ones. What each costs, against
+gloo's own all-reduce in the same run, and where the time goes (the header check, the data
+pass): ``python -m minidp bench allreduce --breakdown`` and the README's table.
 """
 
 from __future__ import annotations
@@ -260,7 +237,7 @@ def gloo_ring(flat: torch.Tensor, group, op: str) -> None:
     chunks, seg = gloo_layout(flat.numel(), flat.element_size(), world)
     # Only the chunk boundaries decide the bits. How a chunk is cut into messages is
     # free: messages of up to 2 MiB (gloo uses 1 MiB) halve the Python overhead per byte;
-    # measured faster with `python -m minidp bench allreduce`.
+    # faster in `python -m minidp bench allreduce`.
     seg = max(seg, MESSAGE_BYTES // flat.element_size())
     # reduce-scatter (n-1 steps) then all-gather (n-1 steps), as one pipelined pass
     ring_pass(flat, chunks, seg, group, op, world - 1, world - 1)
