@@ -55,11 +55,16 @@ class Usage:
 def storage_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
     """Bytes of the distinct storages behind ``tensors`` (``None`` entries are skipped)."""
     seen: dict[int, int] = {}
-    for t in tensors:
+    for t in map(_local, tensors):
         if t is not None and t.numel() + t.untyped_storage().nbytes() > 0:
             storage = t.untyped_storage()
             seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
+
+
+def _local(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A DTensor (FSDP's shards, their gradients and state): this rank's part."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -91,7 +96,7 @@ def measure(model: torch.nn.Module, optimizer) -> Usage:
         grads = optimizer.gradient_shards()
     else:
         grads = [p.grad for p in params]
-    grad_storages = {g.untyped_storage().data_ptr() for g in grads if g is not None}
+    grad_storages = {g.untyped_storage().data_ptr() for g in map(_local, grads) if g is not None}
     buckets = [
         b for b in bucket_buffers(model) if b.untyped_storage().data_ptr() not in grad_storages
     ]
