@@ -1,14 +1,14 @@
 """Rank-side runners for ``tests/test_fsdp_dcp.py`` (no tests here): DCP checkpoints that
 minidp and FSDP2 write at one world size and read at another.
 
-* ``train_and_save`` — FSDP2 and minidp train 2 steps side by side; one of them saves
-  (minidp: ``save_sharded``; FSDP2: ``dcp.save`` of torch's ``get_*_state_dict``).
+* ``train_and_save`` — FSDP2 and minidp train 2 steps side by side; one of them saves,
+  both the same way: ``dcp.save`` of torch's ``get_*_state_dict`` (``save``).
 * ``load_and_resume`` — a fresh FSDP2 and a fresh minidp (weights moved off the trained
   ones, so a skipped load shows) load that directory at this world size, are compared
   right after loading (parameters, shards, optimizer state, and against what was saved),
   then train 2 more steps side by side.
-* ``bad_loads`` — loads that must fail; returns the exceptions (they pickle) so the test
-  checks their type and message.
+* ``bad_loads`` — loads that must fail, tried on FSDP2 and on minidp: the exceptions (they
+  pickle) and whether the model was overwritten before the failure.
 
 Rows are ``(step, tensor, what, max |diff|)`` like ``fsdp_scenarios._compare``'s (step -1:
 right after loading). Functions sent to rank processes must be module-level.
@@ -24,7 +24,7 @@ from fsdp_scenarios import _compare, _local, _models
 from test_fsdp_support import TinyLM, batches, diff, loss_fn, make_optimizer, wrap
 
 import minidp
-from minidp.fsdp import full_state_dict, load_sharded, save_sharded
+from minidp.fsdp import full_state_dict
 
 NAMES = ("replicate", "shard")
 
@@ -62,6 +62,29 @@ def _fsdp2_state(model, opt) -> dict:
     return {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
 
 
+def save(model, opt, path: str) -> None:
+    """torch's way, for FSDP2 and minidp alike."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(_fsdp2_state(model, opt), checkpoint_id=path)
+
+
+def load(model, opt, path: str) -> None:
+    """torch's way (``opt=None``: the model only), for FSDP2 and minidp alike."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    state = _fsdp2_state(model, opt) if opt is not None else {"model": get_model_state_dict(model)}
+    dcp.load(state, checkpoint_id=path)
+    set_model_state_dict(model, state["model"])
+    if opt is not None:
+        set_optimizer_state_dict(model, opt, state["optim"])
+
+
 def _full_optim(model, opt) -> dict[str, dict[str, torch.Tensor]]:
     """FSDP2's optimizer state, every tensor whole (a collective): what the other world
     must find after loading."""
@@ -78,7 +101,7 @@ def train_and_save(rank: int, world: int, saver: str, path: str, mesh_shape=None
     """Train FSDP2 and minidp 2 steps side by side; ``saver`` ("minidp" or "fsdp2") saves to
     ``path``. Returns the rows, the full parameters and full optimizer state saved (rank 0),
     and the DCP state dict minidp presents, gathered whole by DTensor itself."""
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     if mesh_shape is None:
         theirs, ours = _models({"adamw"}, world, None, True)
@@ -90,12 +113,12 @@ def train_and_save(rank: int, world: int, saver: str, path: str, mesh_shape=None
         _step(zip((theirs, ours), opts), tokens, target)
         rows += _compare(step, theirs, ours)
     if saver == "minidp":
-        save_sharded(ours, opts[1], path)
+        save(ours, opts[1], path)
     else:
-        dcp.save(_fsdp2_state(theirs, opts[0]), checkpoint_id=path)
+        save(theirs, opts[0], path)
     full = full_state_dict(ours)
     # minidp's DTensors are well formed: DTensor's own all-gather rebuilds the full tensors
-    presented = minidp.fsdp.get_model_state_dict(ours)
+    presented = get_model_state_dict(ours)
     rows += [  # (the tied head.weight is emb.weight, under its first name in ``full``)
         (2, n, "dtensor", diff(t.full_tensor(), full[n])) for n, t in presented.items() if n in full
     ]
@@ -110,12 +133,6 @@ def load_and_resume(
     ``saved``: ``train_and_save``'s rank-0 result. ``moves``: "model_only" — minidp loads
     the model only (its optimizer starts fresh): the mutation the comparison must catch.
     ``mesh_shape``: both HSDP on a 2-D mesh of that shape (else 1-D over the world)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
-
     if mesh_shape is None:
         theirs, ours = _models({"adamw"}, world, None, True)
     else:
@@ -125,18 +142,15 @@ def load_and_resume(
             for p in model.parameters():
                 p.add_(1.0)  # not the saved weights: a skipped load would show
     opt_t, opt_m = (make_optimizer("adamw", m.parameters()) for m in (theirs, ours))
-    state = _fsdp2_state(theirs, opt_t)
-    dcp.load(state, checkpoint_id=path)
-    set_model_state_dict(theirs, state["model"])
-    set_optimizer_state_dict(theirs, opt_t, state["optim"])
-    load_sharded(ours, None if "model_only" in moves else opt_m, path)
+    load(theirs, opt_t, path)
+    load(ours, None if "model_only" in moves else opt_m, path)
 
     rows = _compare(-1, theirs, ours)
     mine = dict(ours.named_parameters())
     for n, p in theirs.named_parameters():  # optimizer state, shard by shard
         want, got = opt_t.state.get(p, {}), opt_m.state.get(mine[n], {})
         for k in sorted(want.keys() | got.keys()):
-            rows.append((-1, n, k, diff(got.get(k), _local(want.get(k)))))
+            rows.append((-1, n, k, diff(_local(got.get(k)), _local(want.get(k)))))
     full = full_state_dict(ours)  # against what the other world saved, whole
     rows += [(-1, n, "saved", diff(full[n], t)) for n, t in saved["full"].items()]
     optim = _full_optim(theirs, opt_t)
@@ -160,34 +174,52 @@ def at_three(rank: int, world: int, minidp_dir: str, saved: dict, fsdp2_dir: str
     }
 
 
-def bad_loads(rank: int, world: int, good: str, scratch: str) -> dict[str, BaseException]:
-    """Loads that must fail, each on every rank alike: {case: the exception raised}."""
+def bad_loads(rank: int, world: int, good: str, scratch: str) -> dict[str, list]:
+    """Loads that must fail, each tried on FSDP2 and on minidp (torch's own calls on both):
+    {case: [(exception type, message, model overwritten?) for FSDP2, then minidp]}."""
     import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
 
-    def attempt(model, opt, path):
-        try:
-            load_sharded(model, opt, path)
-        except Exception as e:  # noqa: BLE001 — the test checks type and message
-            return e
-        return None
+    mesh = init_device_mesh("cpu", (world,))
 
-    def fresh(**kw):
+    def attempt(shard_fn, opt_kind, path, **kw):
         torch.manual_seed(0)
-        model = wrap(TinyLM(**kw), minidp.fully_shard, True, None)
-        return model, make_optimizer("adamw", model.parameters())
+        model = wrap(TinyLM(**kw), shard_fn, True, None)
+        opt = make_optimizer(opt_kind, model.parameters())
+        before = {n: p.full_tensor() for n, p in model.named_parameters()}
+        try:
+            load(model, opt, path)
+        except BaseException as e:  # noqa: BLE001 — DCP's CheckpointException is one
+            after = {n: p.full_tensor() for n, p in model.named_parameters()}
+            wrote = any(not torch.equal(before[n], after[n]) for n in after)
+            return type(e).__name__, str(e), wrote
+        return None, "", True
+
+    def both(opt_kind, path, **kw):
+        ours = attempt(minidp.fully_shard, opt_kind, path, **kw)
+        return [attempt(lambda m, **a: fully_shard(m, mesh=mesh, **a), opt_kind, path, **kw), ours]
 
     broken = os.path.join(scratch, "broken")
+    sgd_dir = os.path.join(scratch, f"sgd_w{world}")
     if rank == 0:  # a copy of a good checkpoint with one rank's data file gone
         shutil.copytree(good, broken)
         os.remove(
             os.path.join(broken, sorted(f for f in os.listdir(broken) if f.endswith(".distcp"))[-1])
         )
+    torch.manual_seed(0)  # an SGD(momentum) checkpoint of this world, for AdamW to load
+    model = wrap(TinyLM(), minidp.fully_shard, True, None)
+    opt = make_optimizer("sgd", model.parameters())
+    _step([(model, opt)], *batches(rank, 1)[0])
+    save(model, opt, sgd_dir)
     dist.barrier()
     return {
-        "missing_dir": attempt(*fresh(), os.path.join(scratch, "no_such_checkpoint")),
-        "other_shape": attempt(*fresh(vocab=17), good),
-        "missing_key": attempt(*fresh(blocks=3), good),
-        "missing_file": attempt(*fresh(), broken),
+        "missing_dir": both("adamw", os.path.join(scratch, "no_such_checkpoint")),
+        "other_shape": both("adamw", good, vocab=17),
+        "missing_key": both("adamw", good, blocks=3),
+        "missing_file": both("adamw", broken),
+        "adamw_into_sgd": both("sgd", good),
+        "sgd_into_adamw": both("adamw", sgd_dir),
     }
 
 

@@ -281,13 +281,13 @@ def _compare(step: int, theirs, ours) -> list[tuple]:
             continue
         whole = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()  # no unit's
         rows.append((step, n, "full", diff(full[n], whole)))
-        rows.append((step, n, "shard", diff(mine.detach(), _local(p.detach()))))
+        rows.append((step, n, "shard", diff(_local(mine.detach()), _local(p.detach()))))
         rows.append((step, n, "grad", diff(_local(mine.grad), _local(p.grad))))
     return rows
 
 
 def _local(t: torch.Tensor | None) -> torch.Tensor | None:
-    """This rank's plain tensor: a DTensor's or ShardedGrad's local part; None stays None."""
+    """This rank's plain tensor: a DTensor's local part; None stays None."""
     return t.to_local() if hasattr(t, "to_local") else t
 
 

@@ -104,18 +104,14 @@ def _bad_control(rank, world, what):
         model.blocks[0].set_modules_to_backward_prefetch(model.blocks[1])
     elif what == "flag":
         model.set_reshard_after_backward("no")
-    elif what == "inner_unshard_first":
-        model.blocks[0].unshard()
-        model(torch.zeros(2, 3, dtype=torch.long))
 
 
 @pytest.mark.parametrize(
     "what, error, pattern",
     [
         ("prefetch_not_a_unit", ValueError, r"expected modules wrapped with fully_shard, got Lin"),
-        ("prefetch_not_a_list", TypeError, r"expected a list of modules, got Block"),
+        ("prefetch_not_a_list", TypeError, r"expected a list of modules, got FSDPBlock"),
         ("flag", TypeError, r"set_reshard_after_backward: expected True or False, got 'no'"),
-        ("inner_unshard_first", RuntimeError, r"unshard\(\) was called on an inner unit before"),
     ],
 )
 def test_bad_control_is_a_clear_error(what, error, pattern):

@@ -1,14 +1,19 @@
-"""Sharded DCP checkpoints (``minidp/fsdp/checkpoint.py``) against FSDP2, across world sizes.
+"""Sharded DCP checkpoints through torch's own API, minidp against FSDP2, across world sizes.
 
-* 2 -> 3: minidp trains 2 steps at 2 ranks beside FSDP2 and saves with ``save_sharded``; at
-  3 ranks a fresh FSDP2 (``dcp.load`` + ``set_*_state_dict``) and a fresh minidp
-  (``load_sharded``) load it: equal to each other (parameters, shards, AdamW state) and to
-  what was saved right after loading, then for 2 more steps side by side (``torch.equal``).
+minidp has no checkpoint code of its own: its parameters are DTensors, so torch's
+``get_model_state_dict``/``get_optimizer_state_dict``, ``dcp.save``/``dcp.load`` and
+``set_*_state_dict`` run on it exactly as on FSDP2 (``fsdp_dcp_runners.save``/``load``).
+
+* 2 -> 3: minidp trains 2 steps at 2 ranks beside FSDP2 and saves; at 3 ranks a fresh
+  FSDP2 and a fresh minidp load it: equal to each other (parameters, shards, AdamW state)
+  and to what was saved right after loading, then for 2 more steps side by side
+  (``torch.equal``).
 * 3 -> 2: the same with FSDP2 saving at 3 ranks and both loading at 2.
 * The layout: the checkpoints' metadata lists, per tensor, exactly minidp's shards (13 rows
   at 2 ranks: rows 0-6 and 7-12; FSDP2's at 3 ranks: 5 + 5 + 3, the same rule).
 * The mutation that must break it: minidp loading the model but not the optimizer state.
-* Bad input: a missing directory, another model's checkpoint, a data file gone.
+* Bad input: a missing directory, another model's checkpoint, a data file gone, an
+  optimizer checkpoint of another kind: the same failure as FSDP2's.
 * ``-m slow``: HSDP (2 x 2 mesh) loads the 2-rank checkpoint, saves its own, and 1-D
   3-rank FSDP2 and minidp load that.
 
@@ -123,53 +128,43 @@ def test_loading_the_model_without_the_optimizer_breaks_equality(runs):
         assert len(_unequal(trained)) == len(trained), f"rank {rank}: some parameter equal"
 
 
-# What each failing load must say: expected vs got, and a hint (DCP's own words when it raised).
-MISSING_DIR = (
-    r"expected a checkpoint directory at '.*no_such_checkpoint', got nothing there\. "
-    r"Hint: pass the directory given to save_sharded"
+def _same_failure(case: str, runs) -> list[str]:
+    """FSDP2's and minidp's failures of ``case`` on every rank: the same exception type and
+    first line, both before anything was overwritten (or both after). Returns the messages."""
+    said = []
+    for rank, r in enumerate(runs["three"]):
+        (theirs, t_said, theirs_wrote), (ours, o_said, ours_wrote) = r["errors"][case]
+        assert theirs is not None and ours == theirs, (rank, case, theirs, ours, o_said[:300])
+        first = [m.strip().splitlines()[0] if m.strip() else "" for m in (t_said, o_said)]
+        assert first[0] == first[1], (rank, case, first)
+        assert ours_wrote == theirs_wrote, (rank, case, ours_wrote, theirs_wrote)
+        said.append(o_said)
+    return said
+
+
+@pytest.mark.parametrize("case", ["missing_dir", "other_shape", "missing_key", "missing_file"])
+def test_a_bad_load_fails_as_it_does_on_fsdp2(runs, case):
+    """A missing directory, another model's checkpoint (another shape, a missing key), a
+    rank's data file gone: torch's own calls raise the same on minidp's model as on FSDP2's.
+    (main: minidp had its own loader, with its own words.)"""
+    _same_failure(case, runs)
+
+
+@pytest.mark.parametrize(
+    "case, names",
+    [
+        ("adamw_into_sgd", "Missing key in checkpoint state_dict: optim.state.emb.weight.momentum"),
+        ("sgd_into_adamw", "Missing key in checkpoint state_dict: optim.state.emb.weight.step"),
+    ],
 )
-OTHER_SHAPE = (
-    r"'emb\.weight': expected \(17, 10\) \(the model\), got \(13, 10\) \(the checkpoint\)"
-    r"[\s\S]*Hint: load a checkpoint of the same architecture"
-)
-MISSING_KEY = (
-    r"'blocks\.2\.norm\.weight': expected a \(10,\) tensor \(the model\), got none saved"
-    r"[\s\S]*Hint: load a checkpoint of the same architecture"
-)
-DCP_RAISED = (
-    r"checkpoint\.load could not read '.*broken'; DCP said: rank \d+: FileNotFoundError: "
-    r".*\.distcp.*Hint: the checkpoint looks incomplete"
-)
-
-
-def _raise(error: BaseException | None) -> None:
-    """Raise what a rank raised (``bad_loads`` returns it), for ``pytest.raises``."""
-    if error is None:
-        pytest.fail("the load succeeded")
-    raise error
-
-
-def test_missing_directory_says_so(runs):
-    for e in (r["errors"] for r in runs["three"]):
-        with pytest.raises(FileNotFoundError, match=MISSING_DIR):
-            _raise(e["missing_dir"])
-
-
-def test_checkpoint_of_another_model_names_the_mismatch(runs):
-    """Every rank raises alike, before DCP runs (no rank left waiting in a collective)."""
-    for e in (r["errors"] for r in runs["three"]):
-        with pytest.raises(ValueError, match=OTHER_SHAPE):
-            _raise(e["other_shape"])
-        with pytest.raises(ValueError, match=MISSING_KEY):
-            _raise(e["missing_key"])
-
-
-def test_missing_data_file_reports_what_dcp_said(runs):
-    """A checkpoint with one rank's data file deleted: DCP raises; minidp passes on the
-    failing rank's error and adds the hint."""
-    for e in (r["errors"] for r in runs["three"]):
-        with pytest.raises(RuntimeError, match=DCP_RAISED):
-            _raise(e["missing_file"])
+def test_an_optimizer_checkpoint_of_another_kind_fails_as_torch_before_any_write(runs, case, names):
+    """AdamW's checkpoint into SGD(momentum), SGD's into AdamW: refused as FSDP2's are,
+    naming the missing state, before any parameter is overwritten. (main: minidp's loader
+    accepted AdamW's state into SGD — lr 0.001, weight_decay 0.01, exp_avg — and loaded the
+    model, then failed SGD -> AdamW with a bare KeyError: 'step'.)"""
+    for said, r in zip(_same_failure(case, runs), runs["three"]):
+        assert names in said, said[:300]
+        assert r["errors"][case][1][2] is False, "minidp's model was overwritten"
 
 
 @pytest.mark.slow  # a 4-rank world: about 10 s more on 2 cores

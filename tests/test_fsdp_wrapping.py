@@ -35,7 +35,9 @@ def _wrap_twice(rank, world):
 
 
 def test_module_wrapped_twice():
-    with pytest.raises(WorkerError, match=r"this Block is wrapped already — call fully_shard once"):
+    with pytest.raises(
+        WorkerError, match=r"this FSDPBlock is wrapped already — call fully_shard once"
+    ):
         run_threads(_wrap_twice, 1, timeout=30)
 
 

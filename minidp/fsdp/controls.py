@@ -1,7 +1,8 @@
-"""FSDP2's methods on a wrapped module: when to communicate, decided by the training loop.
+"""``FSDPModule``: FSDP2's methods on a wrapped module, when to communicate, decided by the loop.
 
-``fully_shard`` attaches these to the module it wraps (FSDP2 swaps the module's class to
-add them; minidp binds them to the instance), with FSDP2's names and meaning:
+``fully_shard`` swaps the wrapped module's class for ``FSDP<Class>``, a subclass of both
+:class:`FSDPModule` and the module's own class — FSDP2's way, so ``isinstance(m,
+FSDPModule)`` holds and the module keeps its own methods. FSDP2's names and meaning:
 
 * ``set_requires_gradient_sync(False)`` — backwards keep unsharded gradients and
   reduce-scatter nothing (gradient accumulation's micro-batches; DDP's ``no_sync``).
@@ -13,37 +14,26 @@ add them; minidp binds them to the instance), with FSDP2's names and meaning:
   — which units' all-gathers to start when this unit's forward (backward) starts, in place
   of the root's implicit choice (the next unit of the last step; the unit before). Two
   targets gather two units ahead: more overlap, more memory.
-* ``unshard(async_op=False)`` — gather this unit now (``async_op=True``: start it and
-  return a handle whose ``wait()`` installs it); ``reshard()`` — free it now. Before the
-  model's first forward only the outermost module may ``unshard()``: the unit it is called
-  on becomes the root, which must know every unit under it.
+* ``unshard(async_op=False)`` — gather this unit now, any unit, before the first forward
+  too (``async_op=True``: start it and return a handle whose ``wait()`` installs it);
+  ``reshard()`` — free it now (not recursive, like FSDP2's).
+* ``state_dict()`` / ``load_state_dict()`` reshard first (FSDP2's pre-hooks do the same),
+  so a checkpoint taken while units are gathered holds the sharded DTensor parameters;
+  ``to_empty()``/``to()`` reshard first and adopt the moved shards after (``_apply``).
 
 ``recurse`` (where FSDP2 has it) applies the setting to every unit under the module.
 
-Test: ``pytest tests/test_fsdp_controls.py``
+Test: ``pytest tests/test_fsdp_controls.py tests/test_fsdp_dtensor.py``
 """
 
 from __future__ import annotations
 
-import types
+import functools
 
 from torch import nn
 
-from minidp.fsdp.root import ensure_root
+from minidp import trace
 from minidp.fsdp.unit import FSDPUnit, unit_of
-
-
-def attach(module: nn.Module) -> None:
-    """Bind FSDP2's methods to the wrapped ``module``."""
-    for fn in (
-        set_requires_gradient_sync,
-        set_reshard_after_backward,
-        set_modules_to_forward_prefetch,
-        set_modules_to_backward_prefetch,
-        unshard,
-        reshard,
-    ):
-        setattr(module, fn.__name__, types.MethodType(fn, module))
 
 
 def _units(module: nn.Module, recurse: bool) -> list[FSDPUnit]:
@@ -53,26 +43,6 @@ def _units(module: nn.Module, recurse: bool) -> list[FSDPUnit]:
 def _check_bool(name: str, value) -> None:
     if not isinstance(value, bool):
         raise TypeError(f"{name}: expected True or False, got {value!r}")
-
-
-def set_requires_gradient_sync(
-    module: nn.Module, requires_gradient_sync: bool, *, recurse: bool = True
-) -> None:
-    """``False``: backwards accumulate unsharded gradients and reduce-scatter nothing (the
-    micro-batches of gradient accumulation, like DDP's ``no_sync``); ``True`` again before
-    the last micro-batch's backward, which reduce-scatters the sum."""
-    _check_bool("set_requires_gradient_sync", requires_gradient_sync)
-    for unit in _units(module, recurse):
-        unit.reduce_grads = requires_gradient_sync
-
-
-def set_reshard_after_backward(
-    module: nn.Module, reshard_after_backward: bool, *, recurse: bool = True
-) -> None:
-    """``False``: the units stay gathered after backward; the next forward gathers nothing."""
-    _check_bool("set_reshard_after_backward", reshard_after_backward)
-    for unit in _units(module, recurse):
-        unit.reshard_after_backward = reshard_after_backward
 
 
 def _targets(who: str, modules) -> list[FSDPUnit]:
@@ -91,16 +61,6 @@ def _targets(who: str, modules) -> list[FSDPUnit]:
     return targets
 
 
-def set_modules_to_forward_prefetch(module: nn.Module, modules: list[nn.Module]) -> None:
-    """When this unit's forward starts, start the all-gathers of ``modules`` (in order)."""
-    unit_of(module).forward_prefetch = _targets("set_modules_to_forward_prefetch", modules)
-
-
-def set_modules_to_backward_prefetch(module: nn.Module, modules: list[nn.Module]) -> None:
-    """When this unit's backward starts, start the all-gathers of ``modules`` (in order)."""
-    unit_of(module).backward_prefetch = _targets("set_modules_to_backward_prefetch", modules)
-
-
 class UnshardHandle:
     """An all-gather started by ``unshard(async_op=True)``; ``wait()`` installs the result."""
 
@@ -108,22 +68,94 @@ class UnshardHandle:
         self.unit = unit
 
     def wait(self) -> None:
-        self.unit.root.unshard(self.unit)
+        if self.unit.root is not None:  # before the first forward it was gathered at once
+            self.unit.root.unshard(self.unit)
 
 
-def unshard(module: nn.Module, async_op: bool = False) -> UnshardHandle | None:
-    """Gather this unit's full parameters now (``async_op``: start it, return a handle)."""
-    unit = unit_of(module)
-    ensure_root(module)  # before the first forward: this module becomes the root
-    if async_op:
-        unit.root.prefetch(unit)
-        return UnshardHandle(unit)
-    unit.root.unshard(unit)
-    return None
+class FSDPModule:
+    """What ``fully_shard`` adds to a module (its class becomes ``FSDP<Class>``)."""
+
+    def __new__(cls, *args, **kwargs):
+        # ``nn.Sequential``'s slicing builds ``type(self)(...)``: a plain module, as FSDP2's
+        orig = cls.__mro__[2]  # FSDP<Class>, FSDPModule, <Class>
+        self = orig.__new__(orig)
+        self.__init__(*args, **kwargs)
+        return self
+
+    def set_requires_gradient_sync(self, requires_gradient_sync: bool, *, recurse=True) -> None:
+        """``False``: backwards accumulate unsharded gradients and reduce-scatter nothing (the
+        micro-batches of gradient accumulation, like DDP's ``no_sync``); ``True`` again before
+        the last micro-batch's backward, which reduce-scatters the sum."""
+        _check_bool("set_requires_gradient_sync", requires_gradient_sync)
+        for unit in _units(self, recurse):
+            unit.reduce_grads = requires_gradient_sync
+
+    def set_reshard_after_backward(self, reshard_after_backward: bool, *, recurse=True) -> None:
+        """``False``: the units stay gathered after backward; the next forward gathers nothing."""
+        _check_bool("set_reshard_after_backward", reshard_after_backward)
+        for unit in _units(self, recurse):
+            unit.reshard_after_backward = reshard_after_backward
+
+    def set_modules_to_forward_prefetch(self, modules: list[nn.Module]) -> None:
+        """When this unit's forward starts, start the all-gathers of ``modules`` (in order)."""
+        unit_of(self).forward_prefetch = _targets("set_modules_to_forward_prefetch", modules)
+
+    def set_modules_to_backward_prefetch(self, modules: list[nn.Module]) -> None:
+        """When this unit's backward starts, start the all-gathers of ``modules`` (in order)."""
+        unit_of(self).backward_prefetch = _targets("set_modules_to_backward_prefetch", modules)
+
+    def unshard(self, async_op: bool = False) -> UnshardHandle | None:
+        """Gather this unit's full parameters now (``async_op``: start it, return a handle).
+
+        Before the model's first forward there is no schedule yet (the root is made at the
+        outermost unit's first forward): the all-gather runs here, at once, on any unit."""
+        unit = unit_of(self)
+        if unit.root is None:
+            if not unit.is_unsharded:
+                with trace.span(f"all-gather {unit.label}", lane="comm"):
+                    unit.gather()
+                unit.install(unit.full)
+                unit.is_unsharded = True
+        elif async_op:
+            unit.root.prefetch(unit)
+        else:
+            unit.root.unshard(unit)
+        return UnshardHandle(unit) if async_op else None
+
+    def reshard(self) -> None:
+        """Free this unit's full parameters now (they are gathered again when needed)."""
+        unit = unit_of(self)
+        if unit.is_unsharded:
+            unit.free()
+            unit.kept_gathered = False
+
+    def state_dict(self, *args, **kwargs):
+        """The sharded (DTensor) parameters: every unit under here is resharded first."""
+        _reshard_all(self)
+        return super().state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        _reshard_all(self)
+        result = super().load_state_dict(*args, **kwargs)
+        for unit in _units(self, True):
+            unit.adopt()  # assign=True puts new Parameters on the modules
+        return result
+
+    def _apply(self, fn, *args, **kwargs):
+        """``to_empty()``, ``to()``, ``float()`` ...: on the shards, which are adopted after."""
+        _reshard_all(self)
+        result = super()._apply(fn, *args, **kwargs)
+        unit_of(self).adopt()
+        return result
 
 
-def reshard(module: nn.Module) -> None:
-    """Free this unit's full parameters now (they are gathered again when needed)."""
-    unit = unit_of(module)
-    if unit.is_unsharded:
-        unit.free()
+def _reshard_all(module: nn.Module) -> None:
+    for m in module.modules():
+        if isinstance(m, FSDPModule):
+            FSDPModule.reshard(m)
+
+
+@functools.cache
+def fsdp_class(cls: type) -> type:
+    """``FSDP<cls>``: FSDPModule's methods first, then the module's own (one per class)."""
+    return type(f"FSDP{cls.__name__}", (FSDPModule, cls), {})

@@ -30,8 +30,11 @@ from minidp.fsdp import shard
 
 
 def check(reshard_after_forward, shard_size: int) -> bool | int:
-    """FSDP2's rules: a bool as is; an int k must divide ``shard_size`` (1 and the size
-    itself mean False and True)."""
+    """FSDP2's rules: a bool as is (``None``, FSDP2's default: ``True``, the root staying
+    gathered anyway); an int k must divide ``shard_size`` (1 and the size itself mean
+    False and True)."""
+    if reshard_after_forward is None:
+        return True
     if not isinstance(reshard_after_forward, (bool, int)):
         raise ValueError(
             "reshard_after_forward should be a bool or an int representing the group size to "

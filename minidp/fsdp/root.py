@@ -106,7 +106,8 @@ class Root:
 
     def unshard(self, unit) -> None:
         """Make sure ``unit``'s full parameters are gathered and installed on its module."""
-        if unit.is_unsharded:
+        if unit.is_unsharded:  # (gathered by unshard() before the first forward: hook it)
+            self._count_grads(unit)
             return
         self.prefetch(unit)
         with trace.span(f"wait all-gather {unit.label}", lane="compute"):
@@ -209,7 +210,7 @@ class Root:
             f.result()
         self.gathers.clear()
         for u in self.units:
-            u.follow_module()  # .to(dtype), to_empty(): the module may hold new shards
+            u.adopt()  # load_state_dict(assign=True), p.data = ...: the module may hold new ones
             if u.follow_requires_grad() and u.is_unsharded:
                 self._count_grads(u)  # a gathered unit (the root) is not unsharded again
             u.pending = sum(u.requires_grad)

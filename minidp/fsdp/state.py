@@ -11,7 +11,8 @@
 * ``traffic(model)`` — bytes and messages this rank's all-gathers and reduce-scatters
   moved so far (a running total; subtract two readings for one step).
 
-``model.state_dict()`` itself holds this rank's shards (loads back into the same world).
+``model.state_dict()`` itself holds the sharded DTensor parameters, as FSDP2's does: torch's
+``get_model_state_dict`` and ``dcp.save``/``dcp.load`` take it from there (any world size).
 
 Test: ``pytest tests/test_fsdp.py -k state``
 """
@@ -25,6 +26,7 @@ from torch import nn
 
 from minidp.comm import Traffic
 from minidp.fsdp import shard
+from minidp.fsdp.dtensor import local
 from minidp.fsdp.wrap import unit_of
 
 
@@ -42,7 +44,7 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """``{name: full tensor}`` of every parameter and buffer, on every rank (a collective)."""
     gathered: dict[str, torch.Tensor] = {}
     for prefix, unit in _units(model):
-        unit.follow_module()
+        unit.adopt()
         for name, full in zip(unit.names, unit.gather_full(unit.dtype)):
             gathered[prefix + name] = full
     out = {  # the model's order; a parameter no unit owns is whole on every rank already
@@ -59,10 +61,12 @@ def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> No
     """Copy this rank's chunk of every full parameter (and every buffer) from ``state``."""
     sharded = set()
     for prefix, unit in _units(model):
-        unit.follow_module()  # after to_empty(): load into the buffers the module will use
-        for name, padded, shape in zip(unit.names, unit.padded, unit.shapes):
+        unit.adopt()  # after load_state_dict(assign=True): load into what the module holds
+        for i, (name, shape) in enumerate(zip(unit.names, unit.shapes)):
             key = prefix + name
-            padded.copy_(shard.padded_shard(_get(state, key, shape), unit.world, unit.rank))
+            start = min(unit.rank * shard.shard_rows(shape[0], unit.world), shape[0])
+            mine = unit.local(i)
+            mine.copy_(_get(state, key, shape)[start : start + mine.shape[0]])
             sharded.add(key)
     for name, p in model.named_parameters():  # parameters no unit owns: whole everywhere
         if name not in sharded:
@@ -101,7 +105,7 @@ def sharded_bytes(model: nn.Module) -> dict[str, int]:
     root = units[0][1].root
     for _, unit in units:
         params += sum(p.nbytes for p in unit.padded)
-        grads += sum(p.grad.nbytes for p in unit.sharded if p.grad is not None)
+        grads += sum(local(p.grad).nbytes for p in unit.sharded if p.grad is not None)
         gathered += sum(p.untyped_storage().nbytes() for p in unit.full)
     peak = root.peak_gathered if root is not None else 0
     return {"params": params, "grads": grads, "gathered": gathered, "peak_gathered": peak}

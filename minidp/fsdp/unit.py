@@ -2,10 +2,15 @@
 
 State of a unit's parameters, all rank-local:
 
-* ``padded[i]``  ``(rows, *rest)`` in the original dtype — this rank's piece of parameter i,
-  zero-padded (``shard.py``). ``sharded[i]`` is an ``nn.Parameter`` viewing its first
-  ``length`` rows: what the module holds between steps, what the optimizer steps, where
-  the reduced gradient lands (``.grad``).
+* ``padded[i]``  ``(rows, *rest)`` in the original dtype — this rank's piece of parameter
+  i, zero-padded (``shard.py``); what the all-gather sends.
+* ``sharded[i]``  the ``nn.Parameter`` ``fully_shard`` put on the module in place of
+  parameter i, once, at wrap time: a ``DTensor`` (``dtensor.py``) whose local tensor views
+  the real rows of ``padded[i]``. What the module holds between steps, what the optimizer
+  steps, where the reduced gradient lands (``.grad``, a DTensor of the same layout).
+  ``model.to_empty(...)``, ``.to(dtype)`` keep these objects (torch swaps a DTensor
+  parameter's contents; ``adopt`` re-pads them), so an optimizer built after wrapping holds
+  the live parameters.
 * ``full[i]``  the unsharded ``nn.Parameter`` (``param_dtype``) the forward and backward
   use. Created once; "freeing" it resizes its storage to 0 bytes, "gathering" resizes it
   back and copies the all-gathered data in. The autograd graph keeps pointing at the same
@@ -30,8 +35,7 @@ from torch import nn
 
 from minidp.comm import all_reduce
 from minidp.comm.collectives import all_gather_into_tensor
-from minidp.fsdp import post_forward, shard
-from minidp.fsdp.grad import ShardedGrad
+from minidp.fsdp import dtensor, post_forward, shard
 from minidp.fsdp.policy import (
     NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE,
     MixedPrecisionPolicy,
@@ -51,12 +55,13 @@ def unit_of(module: nn.Module) -> FSDPUnit | None:
 class FSDPUnit:
     """The sharded parameters of one wrapped module, and how to gather and reduce them."""
 
-    def __init__(self, module, names, params, locations, group, reshard_after_forward, mp):
+    def __init__(self, module, names, params, locations, group, mesh, reshard_after_forward, mp):
         self.module = module
         self.names = names  # names relative to ``module`` (tied parameters once)
         self.locations = locations  # per parameter: [(submodule, attribute), ...]
         self.group = group  # the shard group: gathers, reduce-scatters
         self.replicate_group = None  # HSDP: the same shard's replicas (all-reduce after)
+        self.mesh = mesh  # the torch DeviceMesh the shards are DTensors on (None: plain)
         self.rank, self.world = group.rank(), group.size()
         self.reshard_after_forward = reshard_after_forward  # True, False, or an int k
         self.post_group = None  # int k: the k ranks this rank reshards to after forward
@@ -67,12 +72,16 @@ class FSDPUnit:
         self.dtype = params[0].dtype if params else torch.float32
         self.device = params[0].device if params else torch.device("cpu")
         self.param_dtype = self.mp.param_dtype or self.dtype
-        with torch.no_grad():
-            self.padded = [shard.padded_shard(p.detach(), self.world, self.rank) for p in params]
-        self.sharded = [
-            nn.Parameter(pad[: shard.shard_length(s[0], self.world, self.rank)], p.requires_grad)
-            for pad, s, p in zip(self.padded, self.shapes, params)
-        ]
+        # replaced ONCE, here: the DTensor parameters the module holds, each viewing the
+        # first rows of this rank's zero-padded piece (what the all-gather sends, as FSDP2's)
+        self.padded: list[torch.Tensor] = []
+        self.sharded: list[nn.Parameter] = []
+        for p in params:
+            with torch.no_grad():  # (meta stays meta)
+                self.padded.append(shard.padded_shard(p.detach(), self.world, self.rank))
+            view = self.padded[-1][: shard.shard_length(p.shape[0], self.world, self.rank)]
+            held = dtensor.as_sharded(view, mesh, p.shape)
+            self.sharded.append(nn.Parameter(held, requires_grad=p.requires_grad))
         self.full: list[nn.Parameter] = []  # created at the first gather
         self.is_unsharded = False
         self.reduce_grads = True  # False: keep the gradients unsharded, no reduce-scatter
@@ -96,7 +105,7 @@ class FSDPUnit:
     def install(self, params: list[nn.Parameter]) -> None:
         """Register ``params`` on the module at every place the originals were (tied: all)."""
         for param, places in zip(params, self.locations):
-            for module, attr in places:
+            for module, attr in places if param is not None else ():
                 setattr(module, attr, param)  # nn.Module.__setattr__ re-registers it
 
     def free(self) -> None:
@@ -113,43 +122,60 @@ class FSDPUnit:
         self.free()
         self.post_kept = kept
 
+    def local(self, i: int) -> torch.Tensor:
+        """This rank's rows of parameter i: a plain view of ``padded[i]``."""
+        return dtensor.local(self.sharded[i]).detach()
+
     @torch.no_grad()
-    def follow_module(self) -> None:
+    def adopt(self) -> None:
         """Adopt what ``nn.Module``'s own moves did to the shards since the last step.
 
-        ``model.to(torch.float64)`` swaps each shard's ``.data`` for a converted copy (no
-        longer a view of ``padded``); ``model.to_empty(device=...)`` after building on the
-        meta device puts *new* Parameters on the modules (and unties tied ones). Either way
-        the module holds the truth: copy it into fresh padded buffers, make the shards view
-        them again, and put them back at every place (tied ones too). The gathered
-        parameters are made anew at the next gather, in the new dtype.
+        ``model.to_empty(device=...)`` and ``model.to(dtype)`` swap a DTensor parameter's
+        contents (torch's rule for tensor subclasses: the object stays, so an optimizer
+        built before still holds it) — its rows are then no longer a view of ``padded``. A
+        plain shard (a thread world) may come back as a *new* Parameter, as may
+        ``load_state_dict(..., assign=True)``. The module holds the truth: copy it into a
+        fresh padded buffer and point the parameter at it again, at every tied place. A
+        new dtype or device: the gathered parameters are made anew at the next gather.
         """
         if self.is_unsharded:
             return
         changed = False
         for i, places in enumerate(self.locations):
             module, attr = places[0]
-            held, pad, mine = getattr(module, attr), self.padded[i], self.sharded[i]
-            moved = held.dtype != pad.dtype or held.device != pad.device
-            if held is mine and not moved and held.data_ptr() == pad.data_ptr():
+            held, pad = getattr(module, attr), self.padded[i]
+            if held is not self.sharded[i]:
+                held.__dict__.update(self.sharded[i].__dict__)  # wrap.py's markers
+                self.sharded[i] = held
+                self.install([held if j == i else None for j in range(len(self.sharded))])
+            rows = dtensor.local(held)
+            same = (rows.dtype, rows.device) == (pad.dtype, pad.device)
+            if same and rows.untyped_storage().data_ptr() == pad.untyped_storage().data_ptr():
                 continue  # (a zero-row shard's pointer equals its buffer's too)
-            fresh = torch.zeros(pad.shape, dtype=held.dtype, device=held.device)
-            fresh[: held.shape[0]].copy_(held.detach())
-            self.padded[i] = fresh
-            if mine.device.type == fresh.device.type:  # the same Parameter: optimizers keep it
-                mine.data = fresh[: held.shape[0]]
-            else:  # meta -> cpu: .data cannot change device type; a new Parameter (no optimizer
-                # can hold the meta one usefully yet)
-                self.sharded[i] = nn.Parameter(fresh[: held.shape[0]], mine.requires_grad)
-                self.sharded[i].__dict__.update(mine.__dict__)  # wrap.py's markers
+            self.padded[i] = torch.zeros(pad.shape, dtype=rows.dtype, device=rows.device)
+            self.padded[i][: rows.shape[0]].copy_(rows)
+            self._point(i, self.padded[i][: rows.shape[0]])
             changed = True
         if changed:
-            self.install(self.sharded)
             self.dtype, self.device = self.padded[0].dtype, self.padded[0].device
             self.param_dtype = self.mp.param_dtype or self.dtype
             for h in self.hooks:
                 h.remove()
             self.full, self.hooks = [], []
+
+    def _point(self, i: int, rows: torch.Tensor) -> None:
+        """Make shard i (the same Parameter object) hold ``rows``."""
+        held = self.sharded[i]
+        if not isinstance(held, dtensor.DTensor):
+            held.data = rows
+            return
+        # a DTensor keeps its rows in a Python attribute: swap the whole new one in (what
+        # nn.Module._apply does for tensor subclasses), the gradient set aside meanwhile
+        fresh = nn.Parameter(dtensor.as_sharded(rows, self.mesh, held.shape), held.requires_grad)
+        fresh.__dict__.update(held.__dict__)
+        grad, held.grad = held.grad, None
+        torch.utils.swap_tensors(held, fresh)
+        held.grad = grad
 
     def follow_requires_grad(self) -> bool:
         """Adopt ``requires_grad_()`` calls made since the last step (True if any changed).
@@ -175,9 +201,19 @@ class FSDPUnit:
 
     def flat_shards(self, dtype: torch.dtype) -> torch.Tensor:
         """``(T,)`` this rank's padded shards end to end, in ``dtype``."""
+        self._check_not_meta()
         if not self.padded:
             return torch.empty(0, dtype=dtype, device=self.device)
         return torch.cat([p.reshape(-1) for p in self.padded]).to(dtype)
+
+    def _check_not_meta(self) -> None:
+        if self.device.type == "meta":
+            raise RuntimeError(
+                f"fully_shard: {self.label}'s shards are on the meta device, so there is "
+                "nothing to gather. Hint: model.to_empty(device=...) and initialise the "
+                "parameters (model.reset_parameters() or a state dict) after fully_shard, "
+                "before the first forward or unshard()"
+            )
 
     def gather_full(self, dtype: torch.dtype) -> list[torch.Tensor]:
         """All-gather: every full parameter as a view of one new ``(world, T)`` buffer in
@@ -185,6 +221,7 @@ class FSDPUnit:
         own row, and the others arrive in theirs: no list of outputs, no stacking copy."""
         if not self.shapes:  # a root whose layers are all units of their own: like FSDP2,
             return []  # no parameters, no collective (an empty one still costs a check)
+        self._check_not_meta()
         total = sum(p.numel() for p in self.padded)  # T
         rows = torch.empty(self.world, total, dtype=dtype, device=self.device)  # (world, T)
         offset = 0
@@ -280,14 +317,15 @@ class FSDPUnit:
     def accumulate(self, flat: torch.Tensor) -> None:
         """Add this rank's reduced ``(T_grad,)`` gradient into the shards' ``.grad``."""
         offset = 0
-        for param, full_shape, rg in zip(self.sharded, self.shapes, self.requires_grad):
-            if not rg:
+        for i, (param, full_shape) in enumerate(zip(self.sharded, self.shapes)):
+            if not self.requires_grad[i]:
                 continue
             rows = shard.shard_rows(full_shape[0], self.world)
             width = rows * math.prod(full_shape[1:])
-            grad = flat[offset : offset + width].view(rows, *full_shape[1:])[: param.shape[0]]
+            length = shard.shard_length(full_shape[0], self.world, self.rank)
+            grad = flat[offset : offset + width].view(rows, *full_shape[1:])[:length]
             offset += width
-            if param.grad is None:  # global norms over it, for clip_grad_norm_ (grad.py)
-                param.grad = ShardedGrad.wrap(grad, self.group)
+            if param.grad is None:  # a DTensor like its parameter: norms over it are global
+                param.grad = dtensor.as_sharded(grad, self.mesh, full_shape)
             else:
-                param.grad += grad
+                dtensor.local(param.grad).add_(grad)

@@ -8,10 +8,13 @@ Call it on the submodules first (transformer blocks), then on the whole model::
     opt = torch.optim.AdamW(model.parameters())   # AFTER wrapping: it steps the shards
 
 Each call takes the parameters under ``module`` that no earlier call took, keeps this
-rank's dim-0 chunk of each (``shard.py``) and puts the shard on the module in place of the
-parameter. Forward hooks do the rest (``root.py``): all-gather before the unit's forward,
-free after it (``reshard_after_forward``, not for the root), all-gather again when backward
-reaches the unit's output, reduce-scatter its gradients when they are complete.
+rank's dim-0 chunk of each (``shard.py``) and puts the shard — a DTensor (``dtensor.py``) —
+on the module in place of the parameter, once: the meta-device recipe (``fully_shard`` on
+a meta model, ``to_empty``, ``reset_parameters``, then the optimizer) works as FSDP2's.
+The module's class becomes ``FSDP<Class>`` (``controls.FSDPModule``: FSDP2's methods).
+Forward hooks do the rest (``root.py``): all-gather before the unit's forward, free after
+it (``reshard_after_forward``, not for the root), all-gather again when backward reaches
+the unit's output, reduce-scatter its gradients when they are complete.
 
 Like FSDP2, nothing is broadcast: every rank must build the model with the same initial
 weights (seed it). Checks, run on every rank, before anything is sharded: the module is
@@ -32,7 +35,8 @@ from torch import nn
 
 from minidp.comm import all_gather
 from minidp.comm import group as groups
-from minidp.fsdp import controls, post_forward
+from minidp.fsdp import dtensor, post_forward
+from minidp.fsdp.controls import fsdp_class
 from minidp.fsdp.policy import MixedPrecisionPolicy, cast_floating
 from minidp.fsdp.root import ensure_root
 from minidp.fsdp.unit import UNIT_ATTR, FSDPUnit, unit_of
@@ -46,16 +50,18 @@ def fully_shard(
     *,
     mesh=None,
     process_group=None,
-    reshard_after_forward: bool | int = True,
+    reshard_after_forward: bool | int | None = None,
     mp_policy: MixedPrecisionPolicy | None = None,
     ignored_params: set[nn.Parameter] | None = None,
 ) -> nn.Module:
     """Shard ``module``'s parameters (those no inner ``fully_shard`` took) across the group.
 
-    ``reshard_after_forward``: free the unit after its forward (``True``; the root stays
-    gathered), keep it whole until backward (``False``), or an int k: keep it sharded over
-    k ranks only, so backward gathers within them (``post_forward.py``).
-    ``mesh`` (FSDP2's argument, from ``minidp.init_device_mesh``): 1-D — shard across it; 2-D
+    ``reshard_after_forward``: free the unit after its forward (``True``, and ``None``, the
+    default: the root stays gathered either way, as in FSDP2), keep it whole until backward
+    (``False``), or an int k: keep it sharded over k ranks only, so backward gathers within
+    them (``post_forward.py``).
+    ``mesh`` (FSDP2's argument; torch's ``init_device_mesh`` or ``minidp.init_device_mesh``):
+    1-D — shard across it; 2-D
     ``("replicate", "shard")`` — HSDP: shard within each row, replicate across the rows
     (the gradients reduce-scatter in the row, then all-reduce down the column). Without
     it: ``process_group`` (``None``: the current group).
@@ -80,7 +86,10 @@ def fully_shard(
     group, replicate = _mesh_groups(mesh, process_group)
     reshard_after_forward = post_forward.check(reshard_after_forward, group.size())
     _check_same_structure(module, names, params, group)
-    unit = FSDPUnit(module, names, params, locations, group, reshard_after_forward, mp_policy)
+    torch_mesh = dtensor.torch_mesh(mesh, group, replicate, params)
+    unit = FSDPUnit(
+        module, names, params, locations, group, torch_mesh, reshard_after_forward, mp_policy
+    )
     unit.replicate_group = replicate
     if not isinstance(reshard_after_forward, bool):  # an int k: the k-rank groups (all ranks)
         unit.post_group = post_forward.make_group(
@@ -93,7 +102,7 @@ def fully_shard(
         setattr(p, _SHARDED_BY, type(module).__name__)
     module.register_forward_pre_hook(_pre_forward, with_kwargs=True)
     module.register_forward_hook(_post_forward)
-    controls.attach(module)  # FSDP2's methods: set_requires_gradient_sync, unshard, ...
+    module.__class__ = fsdp_class(type(module))  # FSDP2's methods: unshard, reshard, ...
     return module
 
 

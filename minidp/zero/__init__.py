@@ -6,8 +6,9 @@
   hooks during backward, each rank keeping and stepping only its dim-0 rows;
   ``zero2_layout.py`` (who holds which rows, bucket buffers), ``zero2_hooks.py`` (weak
   gradient hooks, one optimizer per parameter), ``zero2_state.py`` (checkpoints in
-  torch's format, any world size), ``zero2_grads.py`` (what stands in a freed ``.grad``:
-  global norms for ``clip_grad_norm_``), ``zero2_checks.py`` (what ``step()`` refuses).
+  torch's format, any world size), ``zero2_checks.py`` (what it refuses: optimizers that
+  are not element-wise, loops that would train wrongly). A freed ``.grad`` is a DTensor of
+  this rank's rows, as FSDP2's (``minidp.fsdp.dtensor``).
 * ``textbook.py``: both stages in a few lines each, after backward, one call per parameter.
 * ``partition.py``: who owns what (whole parameters, or dim-0 rows).
 * ``checks.py``: the errors (unsupported optimizer, ranks that disagree, sparse grads).

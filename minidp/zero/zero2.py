@@ -29,15 +29,19 @@ Communication per step: reduce-scatter + all-gather = DDP's all-reduce volume.
 A training loop's other needs: a second backward before ``zero_grad`` adds its
 reduce-scattered rows to the shard (gradient accumulation, FSDP2's way); backwards inside
 ``no_sync()`` keep full local gradients until a synced one (FSDP2's
-``set_requires_gradient_sync``); each freed ``.grad`` is a ``FreedGrad`` that owns no memory
-but knows this rank's rows, so ``torch.nn.utils.clip_grad_norm_(model.parameters(), ...)``
-gets the global norm (``zero2_grads.py``); a parameter frozen after construction is
+``set_requires_gradient_sync``); each freed ``.grad`` becomes what FSDP2's is, a ``DTensor``
+(``Shard(0)``) over this rank's reduced rows (``minidp.fsdp.dtensor``; ``None`` in a thread
+world, which has no torch mesh, and for 0-d parameters), so ``p.grad.clone()``,
+``torch.save``, norms, ``clip_grad_norm_(model.parameters(), ...)`` (the global norm) and
+``GradScaler`` work on it as on FSDP2's; a parameter frozen after construction is
 skipped, like torch. It is a ``torch.optim.Optimizer``, so LR schedulers work, and
 ``state_dict`` is torch's format, loadable at any world size (``zero2_state.py``). Any
 parameter works: zero-element, non-contiguous, 0-d (``zero2_layout.py``). Refused with a
-clear error (``zero2_checks.py``, ``zero2_hooks.py``): a second optimizer on the same
-parameters, DDP around the model, a step after only ``no_sync()`` backwards, a parameter
-unfrozen that was frozen at construction.
+clear error (``zero2_checks.py``, ``zero2_hooks.py``): an optimizer that is not
+element-wise (its step would take a norm or a mean over a shard as if it were the whole
+tensor: Adafactor, LARS), a second optimizer on the same parameters, DDP around the
+model (minidp's: named at ``step()``; torch's: DTensor's refusal, as with FSDP2), a step
+after only ``no_sync()`` backwards, a parameter unfrozen that was frozen at construction.
 
 Against torch (``tests/test_zero2.py``): compared with torch's ``ZeroRedundancyOptimizer`` +
 torch DDP (available on every supported torch). Element-wise optimizers (SGD, Adam, AdamW)
@@ -65,8 +69,8 @@ from minidp.comm import broadcast, reduce_scatter
 from minidp.comm import group as groups
 from minidp.comm.collectives import all_gather_into_tensor
 from minidp.ddp.buckets import MB, compute_bucket_assignment_by_size
+from minidp.fsdp import dtensor
 from minidp.zero import checks, zero2_checks, zero2_hooks, zero2_state
-from minidp.zero.zero2_grads import FreedGrad
 from minidp.zero.zero2_layout import Bucket
 from minidp.zero.zero2_state import copy_options
 
@@ -102,6 +106,7 @@ class Zero2Optimizer(torch.optim.Optimizer):
         **defaults: Any,
     ) -> None:
         checks.check_optimizer_class(WHO, optimizer_class)
+        zero2_checks.check_elementwise(WHO, optimizer_class)
         params = list(params)
         if not params:
             raise ValueError(f"{WHO}: expected at least one parameter, got an empty list")
@@ -112,6 +117,7 @@ class Zero2Optimizer(torch.optim.Optimizer):
         zero2_hooks.check_unclaimed(WHO, self.params)  # before any collective
         self.process_group = g = groups.resolve(process_group)
         self.rank, self.world_size = g.rank(), g.size()
+        self.mesh = dtensor.torch_mesh(None, g, None, self.params)  # None: a thread world
         checks.verify_same_parameters(WHO, g, [list(pg["params"]) for pg in self.param_groups])
         with torch.no_grad():
             for p in all_params:  # every replica starts from rank 0's weights, like DDP
@@ -183,9 +189,10 @@ class Zero2Optimizer(torch.optim.Optimizer):
             rows = piece.rank_rows(flat, r)
             at = r * bucket.segment + piece.offset
             torch.div(rows, self.world_size, out=bucket.send[at : at + rows.numel()])
-        # the full gradient is gone: only the shard survives, and a stand-in that knows where
+        # the full gradient is gone: only the shard survives, as FSDP2's: a DTensor over it
         # (clip_grad_norm_ on the model's parameters then gets the global norm)
-        p.grad = FreedGrad.make(p, bucket.grad_rows(piece), self.process_group, self.rank)
+        mesh = self.mesh if p.dim() else None  # a 0-d tensor has no dim 0 to shard
+        p.grad = dtensor.as_sharded(bucket.grad_rows(piece), mesh, p.shape) if mesh else None
         bucket.seen.add(id(p))
         while self._next < len(self.buckets) and self.buckets[self._next].complete():
             self._reduce(self.buckets[self._next])
@@ -252,7 +259,7 @@ class Zero2Optimizer(torch.optim.Optimizer):
         """Forget the gradient shards: the next backward overwrites instead of adding."""
         self._next = 0
         for p in self.params:
-            if set_to_none or not isinstance(p.grad, FreedGrad):
+            if set_to_none or not isinstance(p.grad, dtensor.DTensor):
                 p.grad = None  # a full gradient kept by no_sync() too
         self._local.clear()
         for b in self.buckets:

@@ -5,13 +5,50 @@
   else wrote a full ``.grad`` after this optimizer freed it (DDP around the model would
   average every gradient a second time); no parameter was unfrozen that had no hooks.
 * :func:`check_storage` — each rank's shard is still a view of its parameter.
+* :func:`check_elementwise` — at construction: the optimizer steps each element on its own.
 
 Test: ``pytest tests/test_zero2.py -k clear_error tests/test_zero2_train.py``
 """
 
 from __future__ import annotations
 
-from minidp.zero.zero2_grads import FreedGrad
+import torch
+
+from minidp.fsdp.dtensor import DTensor
+
+# torch's optimizers whose step treats every element on its own (given its gradient and
+# state): stepping a shard of rows is stepping those rows of the whole. A subclass that
+# overrides step() (a LARS-style trust ratio, say) may take a norm over the tensor.
+ELEMENTWISE = tuple(
+    getattr(torch.optim, name)
+    for name in (
+        "SGD",
+        "Adam",
+        "AdamW",
+        "Adagrad",
+        "Adadelta",
+        "Adamax",
+        "ASGD",
+        "NAdam",
+        "RAdam",
+        "RMSprop",
+        "Rprop",
+    )  # fmt: skip
+)
+
+
+def check_elementwise(who: str, optimizer_class) -> None:
+    """Refuse an optimizer whose step() is not one of torch's element-wise ones."""
+    if optimizer_class.step in {c.step for c in ELEMENTWISE}:
+        return
+    raise ValueError(
+        f"{who}: expected an optimizer that updates each element on its own "
+        f"({', '.join(c.__name__ for c in ELEMENTWISE)}, or a subclass that keeps their "
+        f"step()), got {optimizer_class.__name__}, whose step() may take norms or means over "
+        "a whole tensor (Adafactor's factored moments, a LARS-style trust ratio): on this "
+        "rank's rows alone they would be wrong, silently. Hint: use minidp.fully_shard, "
+        "whose DTensor shards make such reductions global (or refuse them, as FSDP2's do)"
+    )
 
 
 def check_ready(opt, who: str) -> None:
@@ -33,7 +70,7 @@ def check_ready(opt, who: str) -> None:
             "and keep parameters that take no part in the loss frozen (requires_grad=False)"
         )
     for i, p in enumerate(opt.params):
-        if p.grad is not None and not isinstance(p.grad, FreedGrad):
+        if p.grad is not None and not isinstance(p.grad, DTensor):
             raise RuntimeError(
                 f"{who}: expected each .grad to be freed at step() (this optimizer reduce-"
                 "scatters each gradient during backward and frees it), got a full gradient "

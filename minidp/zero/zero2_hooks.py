@@ -5,8 +5,8 @@
   dropped optimizer, and its model, alive for good. When the optimizer is collected, its
   hooks are removed and its claim on the parameters lapses; ``remove_hooks()`` does so at
   once (until the collector runs, a dropped optimizer's hooks still take the gradients).
-  A pre-hook on each parameter clears the stand-in ``.grad`` a freed gradient left
-  (``zero2_grads.py``) before autograd accumulates the next one into it.
+  A pre-hook on each parameter clears the DTensor ``.grad`` a freed gradient left (this
+  rank's reduced rows) before autograd accumulates the next full one into it.
 * :func:`check_unclaimed` — a second optimizer on the same parameters is refused, naming
   the first: both would reduce-scatter (and free) each gradient, and the second would
   find ``.grad`` already gone.
@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from minidp.zero.zero2_grads import clear_stand_in
+from minidp.fsdp.dtensor import DTensor
 
 # parameter -> weakref to the optimizer whose hooks it carries. Weak both ways: a strong
 # value would hold its parameters (the keys) alive from this process-wide table.
@@ -64,6 +64,12 @@ def detach(owner: object, params: list[torch.Tensor], handles: list) -> None:
         clear_stand_in(p)  # nothing is left to clear it before another optimizer's backward
         if (ref := _OWNERS.get(p)) is not None and ref() is owner:
             del _OWNERS[p]
+
+
+def clear_stand_in(p: torch.Tensor) -> None:
+    """Before autograd accumulates a new gradient: a freed one is not a gradient to add to."""
+    if isinstance(p.grad, DTensor):
+        p.grad = None
 
 
 def _remove_all(handles: list) -> None:

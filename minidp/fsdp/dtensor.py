@@ -1,0 +1,105 @@
+"""How a shard is *described* to torch: a ``DTensor`` over a torch ``DeviceMesh``, as FSDP2 does.
+
+FSDP2 registers every sharded parameter as a ``DTensor``: this rank's dim-0 rows (the
+"local tensor") plus the mesh and the placement (``Shard(0)``; HSDP: ``(Replicate(),
+Shard(0))``), so torch knows the global shape and how the pieces fit. minidp does the same
+with ``DTensor.from_local`` — no copy, no communication: the DTensor wraps the shard's own
+storage. DTensor then gives torch's own answers on a minidp model: ``p.full_tensor()``,
+``p.placements``, the global norm in ``clip_grad_norm_``, ``get_model_state_dict(...,
+full_state_dict=True)``, ``dcp.save``/``dcp.load`` at any world size. The all-gathers and
+reduce-scatters that train the model stay minidp's own (``unit.py``), as FSDP2 runs its
+own collectives under its DTensors; DTensor communicates only when such a torch API asks.
+
+The mesh is a real torch ``DeviceMesh`` over the unit's process groups (``from_group``: no
+new group is made), so DTensor's collectives have groups to run on:
+
+* ``fully_shard(mesh=<torch DeviceMesh>)`` — that mesh;
+* ``fully_shard(mesh=minidp.init_device_mesh(...))`` — a torch mesh over its groups;
+* no mesh — a 1-D torch mesh over the process group.
+
+Where the groups are not ``torch.distributed`` process groups (a thread world from
+``minidp.launch.run_threads``: one gloo group per thread, which torch's registry of
+groups cannot hold), there is no mesh: the shards are plain tensors, and DTensor's APIs
+(``full_tensor``, a global ``clip_grad_norm_``, DCP) need the ranks run as processes.
+
+Device: the mesh's device type is the parameters' (``cpu``, ``cuda``); parameters on the
+meta device take the process group's backend's (gloo: ``cpu``, nccl: ``cuda``). Pass a
+torch mesh to choose another.
+
+Test: ``pytest tests/test_fsdp_dtensor.py``
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.distributed as dist
+
+try:  # public from torch 2.5; torch 2.4 has the same classes under a private name
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+except ImportError:  # pragma: no cover - torch 2.4
+    from torch.distributed._tensor import DTensor, Replicate, Shard
+from torch.distributed.device_mesh import DeviceMesh
+
+__all__ = ["DTensor", "DeviceMesh", "Replicate", "Shard", "as_sharded", "local", "torch_mesh"]
+
+_BACKEND_DEVICE = {"gloo": "cpu", "nccl": "cuda"}
+
+
+def local(t: torch.Tensor | None) -> torch.Tensor | None:
+    """This rank's plain tensor: a DTensor's local shard, anything else as it is."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def device_type(params: list[torch.Tensor], group) -> str:
+    """The mesh's device type: the parameters' (not meta), else the backend's (see above)."""
+    for p in params:
+        if p.device.type != "meta":
+            return p.device.type
+    backend = str(dist.get_backend(group))
+    if backend not in _BACKEND_DEVICE:
+        raise ValueError(
+            f"fully_shard: expected parameters on a device, or a gloo/nccl group, to choose "
+            f"the mesh's device; got meta parameters and backend {backend!r}. Hint: pass "
+            "mesh=torch.distributed.device_mesh.init_device_mesh(<device>, (world,))"
+        )
+    return _BACKEND_DEVICE[backend]
+
+
+def torch_mesh(mesh, group, replicate, params: list[torch.Tensor]) -> DeviceMesh | None:
+    """The torch DeviceMesh the shards are described on, or None (no torch process groups)."""
+    if isinstance(mesh, DeviceMesh):
+        return mesh
+    groups = (group,) if replicate is None else (replicate, group)
+    if not dist.is_initialized() or not all(isinstance(g, dist.ProcessGroup) for g in groups):
+        return None  # a thread world's group (or a stand-in): plain shards
+    grid = None if replicate is None else tuple(map(tuple, mesh.mesh.tolist()))
+    return _from_groups(groups, device_type(params, group), grid)
+
+
+@functools.cache
+def _from_groups(groups: tuple, device: str, grid: tuple | None) -> DeviceMesh:
+    """One mesh per set of groups, so every unit on it shares one (DTensor compares meshes).
+    HSDP: ``grid`` is minidp's mesh of global ranks, (replicate, shard)."""
+    if grid is None:
+        return DeviceMesh.from_group(groups[0], device)
+    return DeviceMesh.from_group(
+        list(groups), device, mesh=torch.tensor(grid), mesh_dim_names=("replicate", "shard")
+    )
+
+
+def placements(mesh: DeviceMesh) -> tuple:
+    """FSDP2's placements: ``Shard(0)`` on a 1-D mesh, ``(Replicate(), Shard(0))`` on HSDP."""
+    return (Shard(0),) if mesh.ndim == 1 else (Replicate(), Shard(0))
+
+
+def as_sharded(rows: torch.Tensor, mesh: DeviceMesh | None, full_shape) -> torch.Tensor:
+    """``rows`` (this rank's dim-0 piece) as the DTensor of a ``full_shape`` tensor — the
+    same storage, no communication; ``rows`` itself where there is no mesh."""
+    if mesh is None:
+        return rows
+    stride = torch.empty(full_shape, device="meta").stride()  # the full tensor, contiguous
+    return DTensor.from_local(
+        rows, mesh, placements(mesh), run_check=False, shape=torch.Size(full_shape), stride=stride
+    )
