@@ -35,7 +35,6 @@ from minidp.zero import Zero2Optimizer
 from minidp.zero.memory import measure
 from minidp.zero.stages import step_traffic
 from minidp.zero.textbook import TextbookZero2
-from minidp.zero.zero2_grads import FreedGrad
 
 WORLD, STEPS, WIDTH = 2, kit.pick(5, 3), kit.pick(64, 33)  # 33: rows that do not split evenly
 
@@ -77,8 +76,8 @@ def train(rank: int, world: int) -> dict:
         "equal": equal,
         "textbook_equal": book_equal,
         "sent": sent,
-        # freed: None, or the stand-in that owns no storage (its rows live in the buckets)
-        "grads_left": [g is None or isinstance(g, FreedGrad) for g in full_grads_left],
+        # freed: None, or a DTensor of this rank's rows (they live in the buckets)
+        "grads_left": [g is None or hasattr(g, "to_local") for g in full_grads_left],
         "grad_bytes": usage.grads,
         "buckets": len(opt.buckets),
     }

@@ -12,7 +12,7 @@
 #   own part, the ranks would scale by different factors and their replicas would drift
 #   apart — silently. FSDP2's gradients are DTensors: the norm of a sharded DTensor is a
 #   partial value, turned into the global one (`x**p`, all-reduce sum, `x**(1/p)`) before
-#   it is used. minidp's shard gradients do the same (`minidp/fsdp/grad.py`).
+#   it is used. minidp's shard gradients are DTensors too (`minidp/fsdp/dtensor.py`).
 # * **gradient accumulation**: several micro-batches' backwards, one step. Each backward
 #   under FSDP reduce-scatters; `model.set_requires_gradient_sync(False)` (FSDP2's name;
 #   DDP's `no_sync` in lesson 13) keeps the unsharded gradients instead, and only the last
@@ -88,8 +88,9 @@ def clip_lesson(rank: int, world: int) -> dict:
     loss_of(model, data).backward()
     grads = [p.grad for p in model.parameters()]
     out["local"] = torch.linalg.vector_norm(torch.stack([g.to_local().norm() for g in grads]))
-    out["global"] = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+    out["global"] = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM).full_tensor()
     out["clipped"] = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+    out["clipped"] = out["clipped"].full_tensor()
     torch.manual_seed(0)
     ddp = torch.nn.parallel.DistributedDataParallel(TinyLM())
     loss_of(ddp, data).backward()
@@ -196,10 +197,10 @@ if __name__ == "__main__":
 # ## 3. ZeRO-2: the full gradient is gone — what does `clip_grad_norm_` see?
 # ZeRO-2 (lesson 20) reduce-scatters each gradient during backward and *frees* the full
 # `.grad`: that is its saving. A `.grad` of `None` would make `clip_grad_norm_` see no
-# gradients at all: norm 0, nothing clipped, no error. So minidp leaves a stand-in in
-# `.grad`, a `FreedGrad`: the parameter's shape, no memory, and a pointer to this rank's
-# rows of the reduced gradient. Its norm is a partial norm, like a shard's in section 1;
-# scaling it scales the rows the optimizer will step. The torch reference is FSDP2 with
+# gradients at all: norm 0, nothing clipped, no error. So minidp leaves in `.grad` what
+# FSDP2 has there, a DTensor of this rank's rows of the reduced gradient (the parameter's
+# shape, ``Shard(0)``). Its norm is a partial norm, like a shard's in section 1; scaling it
+# scales the rows the optimizer will step. The torch reference is FSDP2 with
 # `reshard_after_forward=False` (parameters stay gathered between forward and backward:
 # ZeRO-2's layout). `opt.no_sync()` accumulates as in section 2.
 
@@ -212,7 +213,7 @@ def zero2_lesson(rank: int, world: int) -> dict:
     opt = Zero2Optimizer(model.parameters(), torch.optim.AdamW, lr=1e-2)
     loss_of(model, data).backward()
     out = {"grad": repr(model.head.weight.grad)}
-    out["norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+    out["norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM).full_tensor()
     opt.step()
     out["weights"] = {n: p.detach().clone() for n, p in model.named_parameters()}
     if not kit.why_no_fsdp2():
