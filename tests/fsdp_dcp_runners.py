@@ -178,6 +178,7 @@ def bad_loads(rank: int, world: int, good: str, scratch: str) -> dict[str, list]
     """Loads that must fail, each tried on FSDP2 and on minidp (torch's own calls on both):
     {case: [(exception type, message, model overwritten?) for FSDP2, then minidp]}."""
     import torch.distributed as dist
+    import torch.distributed.fsdp as fsdp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -185,7 +186,8 @@ def bad_loads(rank: int, world: int, good: str, scratch: str) -> dict[str, list]
 
     def attempt(shard_fn, opt_kind, path, **kw):
         torch.manual_seed(0)
-        model = wrap(TinyLM(**kw), shard_fn, True, None)
+        policy = (minidp if shard_fn is minidp.fully_shard else fsdp).MixedPrecisionPolicy()
+        model = wrap(TinyLM(**kw), shard_fn, True, policy)
         opt = make_optimizer(opt_kind, model.parameters())
         before = {n: p.full_tensor() for n, p in model.named_parameters()}
         try:

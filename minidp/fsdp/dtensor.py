@@ -42,7 +42,16 @@ except ImportError:  # pragma: no cover - torch 2.4
     from torch.distributed._tensor import DTensor, Replicate, Shard
 from torch.distributed.device_mesh import DeviceMesh
 
-__all__ = ["DTensor", "DeviceMesh", "Replicate", "Shard", "as_sharded", "local", "torch_mesh"]
+__all__ = [
+    "DTensor",
+    "DeviceMesh",
+    "Replicate",
+    "Shard",
+    "as_sharded",
+    "local",
+    "repoint",
+    "torch_mesh",
+]
 
 _BACKEND_DEVICE = {"gloo": "cpu", "nccl": "cuda"}
 
@@ -103,3 +112,20 @@ def as_sharded(rows: torch.Tensor, mesh: DeviceMesh | None, full_shape) -> torch
     return DTensor.from_local(
         rows, mesh, placements(mesh), run_check=False, shape=torch.Size(full_shape), stride=stride
     )
+
+
+def repoint(param: torch.nn.Parameter, rows: torch.Tensor, mesh: DeviceMesh | None) -> None:
+    """Make ``param`` (the same object: optimizers keep it) hold ``rows`` from now on.
+
+    A plain shard takes them as ``.data``. A DTensor keeps its local tensor in a Python
+    attribute, so a new DTensor parameter over ``rows`` is swapped in whole
+    (``torch.utils.swap_tensors``, what ``nn.Module._apply`` does for tensor subclasses),
+    the gradient set aside meanwhile."""
+    if not isinstance(param, DTensor):
+        param.data = rows
+        return
+    fresh = torch.nn.Parameter(as_sharded(rows, mesh, param.shape), param.requires_grad)
+    fresh.__dict__.update(param.__dict__)
+    grad, param.grad = param.grad, None
+    torch.utils.swap_tensors(param, fresh)
+    param.grad = grad

@@ -154,7 +154,7 @@ class FSDPUnit:
                 continue  # (a zero-row shard's pointer equals its buffer's too)
             self.padded[i] = torch.zeros(pad.shape, dtype=rows.dtype, device=rows.device)
             self.padded[i][: rows.shape[0]].copy_(rows)
-            self._point(i, self.padded[i][: rows.shape[0]])
+            dtensor.repoint(held, self.padded[i][: rows.shape[0]], self.mesh)
             changed = True
         if changed:
             self.dtype, self.device = self.padded[0].dtype, self.padded[0].device
@@ -162,20 +162,6 @@ class FSDPUnit:
             for h in self.hooks:
                 h.remove()
             self.full, self.hooks = [], []
-
-    def _point(self, i: int, rows: torch.Tensor) -> None:
-        """Make shard i (the same Parameter object) hold ``rows``."""
-        held = self.sharded[i]
-        if not isinstance(held, dtensor.DTensor):
-            held.data = rows
-            return
-        # a DTensor keeps its rows in a Python attribute: swap the whole new one in (what
-        # nn.Module._apply does for tensor subclasses), the gradient set aside meanwhile
-        fresh = nn.Parameter(dtensor.as_sharded(rows, self.mesh, held.shape), held.requires_grad)
-        fresh.__dict__.update(held.__dict__)
-        grad, held.grad = held.grad, None
-        torch.utils.swap_tensors(held, fresh)
-        held.grad = grad
 
     def follow_requires_grad(self) -> bool:
         """Adopt ``requires_grad_()`` calls made since the last step (True if any changed).
