@@ -22,6 +22,7 @@ from fsdp_dtensor_runners import (
 )
 from helpers import FSDP2_UNUSABLE
 
+from minidp.launch import WorkerError, run_threads
 from minidp.zero import Zero2Optimizer
 
 needs_fsdp2 = pytest.mark.skipif(FSDP2_UNUSABLE is not None, reason=FSDP2_UNUSABLE or "")
@@ -108,19 +109,24 @@ def test_optimizers_that_are_not_elementwise_behave_as_on_fsdp2(process_world):
             assert theirs[0] == "error" and ours == theirs, (theirs, ours)
 
 
+def _zero2_with(rank, world, make):
+    Zero2Optimizer(torch.nn.Linear(2, 2).parameters(), make, lr=0.1)
+
+
 @pytest.mark.parametrize(
     "make", [getattr(torch.optim, "Adafactor", None), LARS], ids=["Adafactor", "LARS"]
 )
 def test_zero2_refuses_an_optimizer_it_cannot_shard_exactly(make):
     """ZeRO-2 steps plain rows with a whole-parameter optimizer: a norm or mean over them
-    would be wrong, so it refuses at construction. main: ``Zero2Optimizer(Adafactor)`` ran
-    0.011-0.014 off torch's ZeRO + DDP, LARS 0.011, silently."""
+    would be wrong, so it refuses at construction, before any collective. main:
+    ``Zero2Optimizer(Adafactor)`` ran 0.011-0.014 off torch's ZeRO + DDP, LARS 0.011,
+    silently."""
     if make is None:
         pytest.skip(f"torch {torch.__version__} has no Adafactor")
-    with pytest.raises(ValueError, match=rf"expected an optimizer that updates each element .*"
+    with pytest.raises(WorkerError, match=rf"expected an optimizer that updates each element .*"
                        rf"got {make.__name__}, whose step\(\) may take norms.*Hint: use "
                        r"minidp\.fully_shard"):  # fmt: skip
-        Zero2Optimizer(torch.nn.Linear(2, 2).parameters(), make, lr=0.1)
+        run_threads(_zero2_with, 1, make, timeout=30)
 
 
 @needs_fsdp2
