@@ -174,6 +174,17 @@ def fsdp_lesson(rank: int, world: int) -> dict:
     out["sent_kept"] = traffic(kept).sent_bytes
     out["last_step"] = sharded_bytes(model)  # its peak_gathered: the most held at once
     out["minidp"] = full_state_dict(model)
+    w = model.emb.weight  # the DTensor fully_shard put there: how torch sees the shard
+    out["dtensor"] = {
+        "type": type(w).__name__,
+        "placements": str(w.placements),
+        "global shape": tuple(w.shape),
+        "local shape": tuple(w.to_local().shape),  # this rank's rows only
+        "no copy": w.to_local().data_ptr() == minidp.fsdp.unit_of(model).padded[0].data_ptr(),
+    }
+    before = traffic(model).sent_bytes  # minidp's collectives: none run by DTensor
+    out["dtensor"]["full_tensor"] = torch.equal(w.full_tensor(), out["minidp"]["emb.weight"])
+    out["dtensor"]["minidp bytes"] = traffic(model).sent_bytes - before
     # PyTorch: plain DDP (any torch) and FSDP2 (torch >= 2.8, but not 2.8: kit.why_no_fsdp2)
     ddp = nn.parallel.DistributedDataParallel(make_model())
     train(ddp, torch.optim.AdamW(ddp.parameters(), lr=1e-2), batches(rank))
@@ -337,6 +348,33 @@ if __name__ == "__main__":
         "reshard_after_forward=False: no backward all-gather, 2/3 of the bytes (DDP's)",
         abs(per_step_kept / per_step - 2 / 3) <= 0.05,
         f"{per_step_kept / per_step:.3f}",
+    )
+
+# %% [markdown]
+# ### The shard as torch sees it: a DTensor
+# `fully_shard` replaced each parameter, once, by a `DTensor` (FSDP2 does the same): this
+# rank's rows (the *local* tensor, a view of the unit's padded shard — no copy) plus a
+# placement, `Shard(0)`, on a torch `DeviceMesh` of the ranks, so torch knows the global
+# shape. DTensor only *describes* the shard: every all-gather and reduce-scatter above was
+# minidp's own (send/recv, `traffic`). DTensor communicates only when a torch API asks —
+# `full_tensor()` here, with torch's own all-gather (minidp's counters do not move), or
+# `clip_grad_norm_`'s global norm (lesson 32), or a DCP checkpoint.
+
+# %%
+if __name__ == "__main__":
+    for rank, r in enumerate(res):
+        d = r["dtensor"]
+        print(f"  rank {rank}: emb.weight is a {d['type']}, placements {d['placements']}, "
+              f"global shape {d['global shape']}, local shape {d['local shape']}")  # fmt: skip
+    kit.check_true(
+        "each rank's local rows are its torch.chunk of the global tensor, in place (no copy)",
+        [r["dtensor"]["local shape"][0] for r in res]
+        == [len(c) for c in torch.arange(res[0]["dtensor"]["global shape"][0]).chunk(WORLD)]
+        and all(r["dtensor"]["no copy"] for r in res),
+    )
+    kit.check_true(
+        "full_tensor() (torch's all-gather) = minidp's full weights; minidp sent 0 bytes for it",
+        all(r["dtensor"]["full_tensor"] and r["dtensor"]["minidp bytes"] == 0 for r in res),
     )
 
 # %% [markdown]
