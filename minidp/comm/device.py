@@ -36,17 +36,27 @@ _backends: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def backend_of(group) -> str:
-    """The group's backend as torch spells it (``dist.get_backend``); a bare group that torch
-    does not know (a thread world's rank, a wrapper) answers with its own ``name()``."""
+    """The group's backend as torch spells it (``dist.get_backend``): ``"gloo"``, ``"nccl"``,
+    ``"cpu:gloo,cuda:nccl"``. A bare gloo group (a thread world's rank) is ``"gloo"``; any
+    other object (a wrapper, such as the exercise checker's learner group, which allows
+    nothing but send and recv) is ``"unknown"``: trusted with what it is given, and never
+    asked anything else."""
     try:
         return _backends[group]
     except (KeyError, TypeError):
         pass
-    try:
-        name = str(dist.get_backend(group)).lower()
-    except (ValueError, RuntimeError, KeyError, AttributeError):
-        name_of = getattr(group, "name", None)
-        name = str(name_of()).lower() if callable(name_of) else "unknown"
+    nccl = getattr(dist, "ProcessGroupNCCL", None)  # absent from CPU builds
+    if isinstance(group, dist.ProcessGroup):
+        try:
+            name = str(dist.get_backend(group)).lower()
+        except (ValueError, RuntimeError, KeyError):  # a group outside torch's registry
+            name = str(group.name()).lower()
+    elif isinstance(group, dist.ProcessGroupGloo):
+        name = "gloo"
+    elif nccl is not None and isinstance(group, nccl):
+        name = "nccl"
+    else:
+        name = "unknown"
     try:
         _backends[group] = name
     except TypeError:  # not weak-referenceable: look it up each time
