@@ -131,6 +131,12 @@ class Reducer:
         self.used_future = None
         for bucket in self.buckets:
             bucket.pending = len(bucket.params)
+        if trace.active:  # the layout this backward fills: a trace shows which grads go where
+            layout = [
+                {"bucket": b.index, "bytes": b.nbytes, "params": [self.names[i] for i in b.indices]}
+                for b in self.buckets
+            ]
+            trace.instant("ddp buckets", lane="backward", buckets=layout)
         self.marked_unused = False
         if self.find_unused:
             self.unused = unused_parameters(output, self.params)
