@@ -1,40 +1,49 @@
-"""The classroom page without a browser: self-contained, the trace inside, clear errors.
+"""The classroom's recording and page without a browser: what the run itself says.
 
     pytest tests/test_classroom.py
 
-The scenes are recorded once for this module and the browser tests (small sizes,
-thread-ranks with real gloo; HSDP in the session's world of 4 rank processes).
+The scenes are recorded once for this module and the browser tests (small sizes; rank
+processes from the session's worlds where time is what a scene teaches, threads for DP
+and memory). Checked here against the reference, not against the page: the ring's result
+against ``torch.distributed.all_reduce``, the bytes per rank against the lessons'
+formulas, the link's α and β against lesson 6's fit of the same samples, memory against
+the measured tensors' own events.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
 
-from minidp import trace
-from minidp.classroom import Options, build_html, load_trace, record, write_page
-from minidp.classroom.cli import main as cli_main
-from minidp.classroom.page import check_trace
+from minidp.classroom import Options, build_html, record, write_page
+from minidp.classroom.rec_link import fit
+from minidp.classroom.scenes import recognised
 
 OPTIONS = Options(world_size=4, numel=8, devices=2, batch=4, width=16)
+LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 _ONCE: dict = {}
 
 
 def recorded_once(process_world) -> dict:
-    """Every scene, recorded once per session: this module and tests/test_classroom_browser.py
-    read the same run (recording costs seconds). HSDP runs on the session's 4-rank world
-    (conftest's ``process_world``: started once, shared with every process test)."""
+    """Every scene, recorded once per session: this module and the browser tests read the
+    same run (recording costs seconds). Rank processes come from conftest's
+    ``process_world`` (started once, shared with every process test)."""
     if "data" not in _ONCE:
-        _ONCE["data"] = record(OPTIONS, progress=lambda _: None, world=process_world(4))
+        _ONCE["data"] = record(OPTIONS, progress=lambda _: None, world=process_world)
     return _ONCE["data"]
 
 
 @pytest.fixture(scope="module")
 def recorded(process_world) -> dict:
     return recorded_once(process_world)
+
+
+def named(data: dict, name: str) -> list[dict]:
+    return [e for e in data["traceEvents"] if e.get("name") == name]
 
 
 def embedded(html: str, id_: str):
@@ -45,98 +54,118 @@ def embedded(html: str, id_: str):
 
 def test_page_is_self_contained(recorded):
     html = build_html(recorded)
-    # nothing fetched: no external src/href, no <link>, no network API in the scripts
-    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html)
-    assert "<link" not in html and "fetch(" not in html and "XMLHttpRequest" not in html
-    assert html.count("<script") == 3  # trace, scenes, code: all inline (no src=)
-    assert "Classroom.start()" in html
+    assert html.count("<script") == 5  # trace, scenes, lessons, library, code: all inline
+    # the page itself (its data blocks aside: JSON, never run) fetches nothing: no external
+    # src/href, no <link>, no network API in the code, no path to this machine's files
+    code = re.sub(r'<script type="application/json".*?</script>', "", html, flags=re.S)
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:|file:)?//""", code)
+    assert "<link" not in code and "fetch(" not in code and "XMLHttpRequest" not in code
+    assert "Classroom.start()" in code and "file:///" not in html
 
 
 def test_embedded_trace_equals_the_recorded_run(recorded):
     page = embedded(build_html(recorded), "trace")
     assert page == json.loads(json.dumps(recorded))
-    assert page["otherData"]["scenes"] == [
-        "ring", "traffic", "dp", "ddp", "memory", "fsdp", "hsdp"]  # fmt: skip
+    assert page["otherData"]["scenes"] == list(OPTIONS.only)
     names = {e["name"] for e in page["traceEvents"]}
-    # the library's own events (DDP hooks and buckets, FSDP units) are in it, untouched
-    assert {"grad ready", "bucket launch", "all-gather unit 1", "ring step", "memory"} <= names
+    # the library's own events (DDP hooks, buckets and their layout, FSDP units) untouched
+    assert {"grad ready", "bucket launch", "ddp buckets", "all-gather unit 1", "ring step"} <= names
+    assert set(recognised(recorded)) == set(OPTIONS.only)
+
+
+def test_lessons_are_embedded_as_they_are(recorded):
+    lessons = embedded(build_html(recorded), "lessons")
+    assert "08_ring_all_reduce.py" in lessons and "37_hsdp.py" in lessons
+    for name, text in lessons.items():
+        assert text == (LESSONS / name).read_text(), name
 
 
 def test_ring_values_are_the_run_and_match_torch(recorded):
-    ev = [e for e in recorded["traceEvents"] if e["name"] in ("ring inputs", "ring result")]
-    inputs = {e["pid"]: e["args"]["holds"] for e in ev if e["name"] == "ring inputs"}
-    results = [e["args"] for e in ev if e["name"] == "ring result"]
+    inputs = {e["pid"]: e["args"]["holds"] for e in named(recorded, "ring inputs")}
+    results = [e["args"] for e in named(recorded, "ring result")]
     total = sum(torch.tensor([v for c in inputs[r] for v in c]) for r in inputs)
     assert all(r["result"] == total.tolist() and r["torch_equal"] for r in results)
+    assert named(recorded, "ring inputs")[0]["args"]["digits"] == 1  # 8 elements: 10^r
 
 
-def test_trace_file_round_trip(recorded, tmp_path, capsys):
-    f = tmp_path / "run.json"
-    f.write_text(json.dumps(recorded))
-    assert cli_main(["--trace", str(f), "--out", str(tmp_path / "page"), "--no-serve"]) == 0
-    assert "page written" in capsys.readouterr().out
-    html = (tmp_path / "page" / "index.html").read_text()
-    assert embedded(html, "trace") == json.loads(f.read_text())
+def test_traffic_data_bytes_are_the_lessons_formulas(recorded):
+    msgs = named(recorded, "traffic message")
+    S = named(recorded, "all-reduce: ring")[0]["args"]["bytes"]
+    W = OPTIONS.world_size
+
+    def sent(algo, rank, header=False):
+        return sum(e["args"]["bytes"] for e in msgs if e["args"]["algorithm"] == algo
+                   and e["pid"] == rank and e["args"]["header"] == header)  # fmt: skip
+
+    for r in range(W):  # lesson 8: every ring rank sends 2(n-1)/n * S
+        assert sent("ring", r) == 2 * (W - 1) * S // W
+        assert sent("parameter server", r) == ((W - 1) * S if r == 0 else S)  # lesson 7
+    # the check before each collective: one header to every peer, apart from the data
+    heads = [e for e in msgs if e["args"]["header"]]
+    assert len(heads) == 2 * W * (W - 1) and all(e["args"]["step"] == 0 for e in heads)
+    steps = {e["args"]["step"] for e in msgs if e["args"]["algorithm"] == "ring"} - {0}
+    assert steps == set(range(1, 2 * (W - 1) + 1))
+
+
+def test_alpha_beta_is_lesson_6s_fit_of_its_samples(recorded):
+    (link,) = named(recorded, "link alpha-beta")
+    samples = link["args"]["samples"]
+    assert [n for n, _ in samples] == sorted(n for n, _ in samples) and len(samples) >= 5
+    # lesson 6: alpha = the smallest message's one-way time; beta = extra bytes / extra time
+    text = (LESSONS / "06_send_recv.py").read_text()
+    assert "alpha = times[small]" in text and "beta = (big - small) / extra" in text
+    small, big = samples[0], samples[-1]
+    assert link["args"]["alpha_us"] == small[1]
+    if big[1] > small[1]:
+        assert link["args"]["beta_bytes_per_us"] == pytest.approx(
+            (big[0] - small[0]) / (big[1] - small[1])
+        )
+    assert fit([(8, 10.0), (108, 10.0)]) == (10.0, None)  # no bandwidth to read: said so
+
+
+def test_ddp_scene_has_a_backward_span_and_the_librarys_layout(recorded):
+    layouts = named(recorded, "ddp buckets")
+    ready = {e["args"]["param"] for e in named(recorded, "grad ready") if e["pid"] == 0}
+    assert len(layouts) == 2  # one per rank: written by minidp's DDP itself
+    params = [p for b in layouts[0]["args"]["buckets"] for p in b["params"]]
+    assert sorted(params) == sorted(ready) and len(layouts[0]["args"]["buckets"]) >= 2
+    assert len([e for e in named(recorded, "backward") if e["ph"] == "X"]) == 2
+
+
+def test_fsdp_gathers_are_seen_from_their_buffer_to_their_free(recorded):
+    for name in ("unit gather start", "unit gathered", "unit freed"):
+        assert named(recorded, name), name
+    for start in named(recorded, "unit gather start"):
+        same = (start["pid"], start["args"]["unit"])
+        later = [e for e in named(recorded, "unit gathered") if e["ts"] >= start["ts"]]
+        gathered = next(e for e in later if (e["pid"], e["args"]["unit"]) == same)
+        # the (world, T) buffer holds every rank's padded shard: at least the full unit
+        assert start["args"]["buffer"] >= gathered["args"]["bytes"] > 0
+    labels = {e["args"]["unit"] for e in named(recorded, "unit gathered")}
+    hsdp = {e["args"]["unit"] for e in named(recorded, "hsdp unit")}
+    assert labels == hsdp  # FSDP and HSDP name the same layers the same way
+
+
+def test_memory_events_explain_zero1_and_fsdps_transients(recorded):
+    mem = named(recorded, "memory")
+    assert len(mem) == 4 * 4 * OPTIONS.ddp_world  # stages x points x ranks
+    owned = [e["args"]["owned"] for e in mem if e["args"]["stage"] == "zero1"
+             and e["args"]["point"] == "after step"]  # fmt: skip
+    names = sorted(n for o in owned for n, _ in o)
+    assert len(names) == len(set(names)) == 8  # every parameter owned by exactly one rank
+    trans = [e for e in recorded["traceEvents"] if e.get("name", "").startswith("memory ")]
+    assert {e["args"]["stage"] for e in trans} == {"fsdp"} and len(trans) >= 6
 
 
 def test_a_library_trace_builds_a_page(tmp_path):
-    # what a user saves with minidp.trace under torchrun: library events only
-    with trace.recording() as rec:
+    from minidp import trace
+
+    with trace.recording() as rec:  # what a user saves with minidp.trace under torchrun
         with trace.span("forward", lane="compute"):
             trace.instant("grad ready", lane="backward", param="w", index=0)
     path = trace.save(tmp_path / "user.json", rec.events)
-    page = write_page(load_trace(path), tmp_path / "out")
+    page = write_page(json.loads(path.read_text()), tmp_path / "out")
     assert embedded(page.read_text(), "trace")["traceEvents"][0]["name"] == "forward"
-
-
-def test_missing_trace_file_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no such file"):
-        load_trace(tmp_path / "nope.json")
-
-
-@pytest.mark.parametrize(
-    ("text", "match"),
-    [
-        ("not json at all", "not JSON"),
-        ('{"events": []}', "traceEvents"),
-        ('{"traceEvents": [{"name": "x"}]}', "without 'ph'"),
-        ('{"traceEvents": [{"ph": "M", "name": "process_name"}]}', "no events to show"),
-    ],
-)
-def test_not_a_chrome_trace_is_a_clear_error(tmp_path, text, match):
-    f = tmp_path / "bad.json"
-    f.write_text(text)
-    with pytest.raises(ValueError, match=match):
-        load_trace(f)
-
-
-@pytest.mark.parametrize(
-    ("options", "match"),
-    [
-        (Options(world_size=1), "at least 2 for the ring"),
-        (Options(world_size=8), "above 6"),
-        (Options(numel=2), "--numel must be between"),
-        (Options(ddp_world=1), "--ddp-world-size must be at least 2"),
-        (Options(only=("rings",)), "unknown scene"),
-        (Options(hsdp_mesh=(1, 4)), r"--hsdp-mesh RxS with R >= 2 nodes.*got 1x4"),
-        (Options(hsdp_mesh=(4, 4)), r"at most 8 ranks.*got 4x4"),
-    ],
-)
-def test_bad_options_are_clear_errors(options, match):
-    with pytest.raises(ValueError, match=match):
-        options.check()
-
-
-def test_cli_reports_bad_options_before_recording(capsys):
-    with pytest.raises(SystemExit):
-        cli_main(["--world-size", "1", "--no-serve", "--only", "ring"])
-    assert "a ring needs two ranks" in capsys.readouterr().err
-
-
-def test_cli_reports_a_bad_mesh_before_recording(capsys):
-    with pytest.raises(SystemExit):
-        cli_main(["--hsdp-mesh", "2by2", "--no-serve", "--only", "hsdp"])
-    assert "expected RxS (nodes x ranks per node, e.g. 2x2), got '2by2'" in capsys.readouterr().err
 
 
 # ---- HSDP: the run itself says what the scene claims ------------------------------------------
@@ -144,11 +173,9 @@ def test_cli_reports_a_bad_mesh_before_recording(capsys):
 
 def hsdp(recorded) -> tuple[dict, list[dict], dict]:
     """(mesh event args per rank, sends, unit sizes of rank 0) of the HSDP scene."""
-    ev = recorded["traceEvents"]
-    mesh = {e["pid"]: e["args"] for e in ev if e["name"] == "hsdp mesh"}
-    sends = [e for e in ev if e["name"] == "hsdp send"]
-    units = {e["args"]["unit"]: e["args"] for e in ev if e["name"] == "hsdp unit" and e["pid"] == 0}
-    return mesh, sends, units
+    mesh = {e["pid"]: e["args"] for e in named(recorded, "hsdp mesh")}
+    units = {e["args"]["unit"]: e["args"] for e in named(recorded, "hsdp unit") if e["pid"] == 0}
+    return mesh, named(recorded, "hsdp send"), units
 
 
 def test_hsdp_rows_shard_and_columns_replicate(recorded):
@@ -184,5 +211,14 @@ def test_hsdp_only_the_shard_crosses_nodes(recorded):
         assert out < sum(e["args"]["bytes"] for e in within if e["pid"] == rank)
 
 
-def test_check_trace_accepts_the_array_format():
-    assert check_trace([{"ph": "i", "name": "x", "ts": 0, "pid": 0, "tid": 0}])["traceEvents"]
+def test_hsdp_gathers_say_forward_or_backward(recorded):
+    _, sends, _ = hsdp(recorded)
+    phases = {}
+    for e in sends:
+        if e["args"]["collective"] == "all-gather":
+            phases.setdefault(e["args"]["unit"], set()).add(e["args"]["phase"])
+    # units re-gathered for backward: the same unit's all-gathers in both phases
+    assert any(p == {"forward", "backward"} for p in phases.values()), phases
+    assert all(
+        e["args"]["phase"] == "backward" for e in sends if e["args"]["collective"] != "all-gather"
+    )

@@ -2,14 +2,15 @@
 
     python -m minidp classroom --no-serve --only ddp --out /tmp/cls
 
-``world`` thread-ranks, each with its own real gloo group, wrap the same MLP in
-``minidp.DistributedDataParallel`` with a small bucket cap (several buckets). Step 1 runs
-untraced: it records the order gradients arrive in, and the buckets are rebuilt in that
-order at the next forward. Step 2 is recorded by ``minidp.trace``: the library itself
-emits ``forward``, ``grad ready`` (one per parameter, from its autograd hook),
-``bucket launch``, ``all-reduce bucket N`` (on the communication thread), ``bucket finish``
-and ``wait for buckets``. The only event added here is the bucket layout (which
-parameters each bucket holds, read from the reducer), so the page can fill them.
+Rank *processes* (``minidp.launch.ProcessWorld``: overlap is about time, so each rank has
+its own interpreter) wrap the same MLP in ``minidp.DistributedDataParallel`` with a small
+bucket cap (several buckets). Step 1 runs untraced: it records the order gradients arrive
+in, and the buckets are rebuilt in that order at the next forward. Step 2 is recorded by
+``minidp.trace``: the library itself emits ``forward``, ``ddp buckets`` (the layout this
+backward fills), ``grad ready`` (one per parameter, from its autograd hook),
+``bucket launch``, ``all-reduce bucket N`` (on the communication thread),
+``bucket finish`` and ``wait for buckets``. The only span added here is ``backward``
+around ``loss.backward()`` — what a user's script would add to see its backward.
 
 Test: ``pytest tests/test_classroom.py``
 """
@@ -20,8 +21,6 @@ import torch
 from torch import nn
 
 from minidp import trace
-
-LANE = "classroom"
 
 
 def _model(width: int, depth: int) -> nn.Module:
@@ -43,27 +42,19 @@ def _ddp_rank(rank: int, world: int, width: int, depth: int, cap_mb: float) -> l
         opt.zero_grad(set_to_none=True)
         if step == 1:
             with trace.recording() as rec:
-                nn.functional.mse_loss(ddp(x), y).backward()
+                loss = nn.functional.mse_loss(ddp(x), y)
+                with trace.span("backward", lane="compute"):
+                    loss.backward()
         else:
             nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
-    mine = [e for e in rec.events if e["pid"] == rank]  # every thread's recording sees all
-    reducer = ddp.reducer
-    layout = [
-        {"bucket": b.index, "bytes": b.nbytes, "params": [reducer.names[i] for i in b.indices]}
-        for b in reducer.buckets
-    ]
-    start = min(e["ts"] for e in mine)
-    mine.append({"name": "ddp buckets", "ph": "i", "s": "t", "ts": start, "pid": rank,
-                 "tid": LANE, "args": {"buckets": layout, "world": world}})  # fmt: skip
-    return mine
+    return [e for e in rec.events if e["name"] not in ("send", "recv")]
 
 
-def ddp_events(world: int, width: int = 128, depth: int = 3, cap_mb: float = 0.07) -> list:
-    """One traced DDP step (after the bucket rebuild) on ``world`` thread-ranks."""
-    from minidp.launch import run_threads
-
-    if world < 2:
-        raise ValueError(f"classroom ddp: --world-size must be at least 2, got {world}")
-    results = run_threads(_ddp_rank, world, width, depth, cap_mb, timeout=60.0)
-    return [e for r in results for e in r if e["name"] not in ("send", "recv")]
+def ddp_events(world, width: int = 128, depth: int = 3, buckets: int = 3) -> list:
+    """One traced DDP step (after the bucket rebuild) on ``world`` (a ProcessWorld), the
+    bucket cap set so that the gradients fill about ``buckets`` buckets at any width."""
+    model_bytes = sum(p.numel() * p.element_size() for p in _model(width, depth).parameters())
+    cap_mb = model_bytes / (buckets + 0.5) / 2**20  # torch's bucket_cap_mb counts MiB
+    results = world.run(_ddp_rank, width, depth, cap_mb, timeout=120.0)
+    return [e for r in results for e in r]

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from minidp import trace
-from minidp.classroom.rec_shard import _model
+from minidp.classroom.rec_fsdp import mlp, shard_model
 
 LANE = "classroom"
 NAMES = ("replicate", "shard")  # FSDP2's order: mesh[r] is node r's row
@@ -45,6 +45,7 @@ class _Collective:
     def __init__(self) -> None:
         self.calls = 0  # collectives started in the recorded step, in order (same on all ranks)
         self.now: dict | None = None
+        self.phase = "forward"  # set by the rank's main thread: "forward" or "backward"
 
     def wrap(self, unit, rank: int) -> None:
         """Wrap ``unit.gather``/``unit.reduce`` (this instance) to name their messages."""
@@ -54,7 +55,7 @@ class _Collective:
             if not trace.active:
                 return fn(*args)
             self.calls += 1
-            self.now = {"call": self.calls, "kind": kind, "unit": unit.label}
+            self.now = {"call": self.calls, "kind": kind, "unit": unit.label, "phase": self.phase}
             try:
                 return fn(*args)
             finally:
@@ -87,7 +88,8 @@ class _Link:
             t = tensors[0]
             trace.instant("hsdp send", lane=LANE, rank=self._rank, call=now["call"],
                           collective=name, unit=now["unit"], group=self._dim,
-                          to=self._global[dst], bytes=t.numel() * t.element_size())  # fmt: skip
+                          to=self._global[dst], bytes=t.numel() * t.element_size(),
+                          phase=now["phase"])  # fmt: skip
         return self._group.send(tensors, dst, tag)
 
     def __getattr__(self, name: str):  # recv and the rest: the real group's
@@ -103,11 +105,8 @@ def _hsdp_rank(rank: int, world: int, shape: tuple[int, int], width: int) -> lis
     collective = _Collective()
     observed = DeviceMesh(mesh.mesh, NAMES, [
         _Link(mesh.get_group(d), d, rank, collective) for d in NAMES])  # fmt: skip
-    model = _model(width)
-    for layer in model[:-1]:  # the hidden layers are units; the root keeps the last one
-        if isinstance(layer, nn.Linear):
-            minidp.fully_shard(layer, mesh=observed)
-    minidp.fully_shard(model, mesh=observed)
+    model = mlp(width)
+    shard_model(model, minidp.fully_shard, mesh=observed)  # as the FSDP scene: same units
     units = [u for m in model.modules() if (u := unit_of(m)) is not None]
     for u in units:
         collective.wrap(u, rank)
@@ -119,7 +118,10 @@ def _hsdp_rank(rank: int, world: int, shape: tuple[int, int], width: int) -> lis
         model.zero_grad(set_to_none=True)
         if step == 1:
             with trace.recording() as rec:
-                nn.functional.mse_loss(model(x), y).backward()
+                collective.phase = "forward"
+                loss = nn.functional.mse_loss(model(x), y)
+                collective.phase = "backward"  # every forward collective has been waited for
+                loss.backward()
         else:
             nn.functional.mse_loss(model(x), y).backward()
     # This process recorded only its own events: each goes on this rank's track (the
@@ -154,26 +156,15 @@ def check_shape(shape: tuple[int, int]) -> None:
         )
 
 
-def hsdp_events(shape: tuple[int, int] = (2, 2), width: int = 64, world=None) -> list[dict]:
-    """One traced HSDP step (after a first, untraced one) on R x S rank processes.
-
-    ``world``: an open ``minidp.launch.ProcessWorld`` of R x S ranks to run on (the tests
-    pass theirs: starting 4 processes costs seconds); ``None``: spawn one for this run."""
-    from minidp.launch import ProcessWorld
-
+def hsdp_events(world, shape: tuple[int, int] = (2, 2), width: int = 64) -> list[dict]:
+    """One traced HSDP step (after a first, untraced one) on ``world``, a
+    ``minidp.launch.ProcessWorld`` of R x S rank processes."""
     check_shape(shape)
     ranks = shape[0] * shape[1]
-    if world is None:
-        own = ProcessWorld(ranks, timeout=60.0)  # what spawn does, but the ending:
-        try:
-            results = own.run(_hsdp_rank, tuple(shape), width, timeout=120.0)
-        finally:  # the events are back; each rank tearing torch down politely costs ~1 s
-            own.close(kill=True)
-    elif world.world_size != ranks:
+    if world.world_size != ranks:
         raise ValueError(
             f"classroom hsdp: expected a world of {ranks} ranks for the {shape[0]}x{shape[1]} "
-            f"mesh, got {world.world_size}. Hint: ProcessWorld({ranks}), or world=None"
+            f"mesh, got {world.world_size}. Hint: ProcessWorld({ranks})"
         )
-    else:
-        results = world.run(_hsdp_rank, tuple(shape), width, timeout=120.0)
+    results = world.run(_hsdp_rank, tuple(shape), width, timeout=120.0)
     return [e for r in results for e in r]

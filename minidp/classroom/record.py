@@ -2,11 +2,17 @@
 
     python -m minidp classroom --no-serve --out /tmp/cls     # records, then builds the page
 
-Each scene's recorder (``rec_comm``, ``rec_dp``, ``rec_ddp``, ``rec_shard``, ``rec_hsdp``)
-runs real ranks and returns ``minidp.trace`` events; here they are run one after the other, with a
-progress line per scene, and merged by ``minidp.trace.to_chrome`` — the same format
-``minidp.trace.save`` writes — plus the options under ``otherData`` (the Chrome trace
-format's place for such metadata).
+Each scene's recorder (``rec_comm``, ``rec_link``, ``rec_dp``, ``rec_ddp``, ``rec_memory``,
+``rec_fsdp``, ``rec_hsdp``) runs real ranks and returns ``minidp.trace`` events; here they
+are run one after the other, with a progress line per scene, and merged by
+``minidp.trace.to_chrome`` — the same format ``minidp.trace.save`` writes — plus the
+options under ``otherData`` (the Chrome trace format's place for such metadata).
+
+Where time is what a scene teaches (ring, traffic, DDP's overlap, FSDP's prefetch, HSDP)
+its ranks are processes: one ``minidp.launch.ProcessWorld`` per world size, started once
+and reused by every scene of that size (the ring's world also measures the link's α and β
+for the page's models). DataParallel is threads by design, and the memory scene shows
+bytes, not time: both run on threads, and the page says so.
 
 Test: ``pytest tests/test_classroom.py``
 """
@@ -18,9 +24,10 @@ import time
 from collections.abc import Callable
 
 from minidp import trace
-from minidp.classroom import rec_comm, rec_ddp, rec_dp, rec_hsdp, rec_shard
+from minidp.classroom import rec_comm, rec_ddp, rec_dp, rec_fsdp, rec_hsdp, rec_link, rec_memory
 
 SCENE_ORDER = ("ring", "traffic", "dp", "ddp", "memory", "fsdp", "hsdp")
+MODELLED = ("ring", "traffic", "ddp", "fsdp", "hsdp")  # scenes whose page shows α-β models
 
 
 @dataclasses.dataclass
@@ -61,22 +68,55 @@ class Options:
             raise ValueError(
                 f"classroom: --ddp-world-size must be at least 2, got {self.ddp_world}"
             )
+        if self.ddp_world > 8:
+            raise ValueError(
+                f"classroom: --ddp-world-size above 8 (got {self.ddp_world}): one process "
+                "per rank, and the timelines must fit a projector"
+            )
         if self.width < 8:
             raise ValueError(f"classroom: --width must be at least 8, got {self.width}")
+        if "dp" in self.only and not 1 <= self.devices <= self.batch:
+            raise ValueError(
+                f"classroom: --devices must be between 1 and --batch ({self.batch}), got "
+                f"{self.devices}"
+            )
         if "hsdp" in self.only:
             rec_hsdp.check_shape(self.hsdp_mesh)
 
 
-def _runners(o: Options, world=None) -> dict[str, Callable[[], list[dict]]]:
+def _runners(o: Options, world: Callable) -> dict[str, Callable[[], list[dict]]]:
+    ring = o.world_size
     return {
-        "ring": lambda: rec_comm.ring_events(o.world_size, o.numel),
-        "traffic": lambda: rec_comm.traffic_events(o.world_size, o.traffic_numel),
+        "ring": lambda: rec_comm.ring_events(world(ring), o.numel),
+        "traffic": lambda: rec_comm.traffic_events(world(ring), o.traffic_numel),
         "dp": lambda: rec_dp.dp_events(o.devices, o.batch),
-        "ddp": lambda: rec_ddp.ddp_events(o.ddp_world, width=o.width * 2, cap_mb=0.06),
-        "memory": lambda: rec_shard.memory_events(o.ddp_world, o.width),
-        "fsdp": lambda: rec_shard.fsdp_events(o.ddp_world, o.width),
-        "hsdp": lambda: rec_hsdp.hsdp_events(o.hsdp_mesh, o.width, world),
+        "ddp": lambda: rec_ddp.ddp_events(world(o.ddp_world), width=o.width * 2),
+        "memory": lambda: rec_memory.memory_events(o.ddp_world, o.width),
+        "fsdp": lambda: rec_fsdp.fsdp_events(world(o.ddp_world), o.width),
+        "hsdp": lambda: rec_hsdp.hsdp_events(
+            world(o.hsdp_mesh[0] * o.hsdp_mesh[1]), o.hsdp_mesh, o.width
+        ),  # fmt: skip
     }
+
+
+class _Worlds:
+    """Rank-process worlds by size, started on first use; closed by ``close``."""
+
+    def __init__(self, progress: Callable[[str], None]) -> None:
+        self.worlds: dict = {}
+        self.progress = progress
+
+    def __call__(self, size: int):
+        from minidp.launch import ProcessWorld
+
+        if size not in self.worlds:
+            self.progress(f"      starting {size} rank processes (each imports torch) ...")
+            self.worlds[size] = ProcessWorld(size, timeout=60.0)
+        return self.worlds[size]
+
+    def close(self) -> None:
+        for w in self.worlds.values():  # the events are back: no polite teardown to wait for
+            w.close(kill=True)
 
 
 def record(
@@ -84,18 +124,31 @@ def record(
 ) -> dict:
     """Record the chosen scenes; returns a Chrome trace dict (``traceEvents`` and more).
 
-    ``world``: an open ``minidp.launch.ProcessWorld`` of R x S ranks for the HSDP scene (the
-    tests reuse theirs); ``None``: the scene spawns its processes (a few seconds)."""
+    ``world``: ``size -> minidp.launch.ProcessWorld``, open worlds to run on (the tests
+    pass their session's); ``None``: worlds are started here and closed at the end."""
     o = options or Options()
     o.check()
-    runners = _runners(o, world)
+    own = _Worlds(progress) if world is None else None
+    runners = _runners(o, own or world)
     events: list[dict] = []
     chosen = [s for s in SCENE_ORDER if s in o.only]
-    for i, scene in enumerate(chosen, 1):
-        progress(f"[{i}/{len(chosen)}] recording {scene} ...")
-        t0 = time.perf_counter()
-        events += runners[scene]()
-        progress(f"[{i}/{len(chosen)}] {scene}: done in {time.perf_counter() - t0:.1f} s")
+    try:
+        for i, scene in enumerate(chosen, 1):
+            progress(f"[{i}/{len(chosen)}] recording {scene} ...")
+            t0 = time.perf_counter()
+            events += runners[scene]()
+            progress(f"[{i}/{len(chosen)}] {scene}: done in {time.perf_counter() - t0:.1f} s")
+        if any(s in MODELLED for s in chosen):
+            size = o.hsdp_mesh[0] * o.hsdp_mesh[1]  # a world already started: no new one
+            if {"ddp", "fsdp"} & set(chosen):
+                size = o.ddp_world
+            if {"ring", "traffic"} & set(chosen):
+                size = o.world_size
+            events += rec_link.link_events((own or world)(size))
+            progress("      link measured (ping-pong, for the page's α-β models)")
+    finally:
+        if own is not None:
+            own.close()
     data = trace.to_chrome(events)
     data["otherData"] = {"recorded_by": "python -m minidp classroom", "scenes": chosen,
                          "options": dataclasses.asdict(o)}  # fmt: skip
