@@ -5,7 +5,8 @@
 The command runs in a subprocess on a small saved trace (``--trace``: it records nothing)
 on a free port (``--port 0``). The test reads the address it prints, fetches the page with
 urllib and, where Chromium is installed, loads it in the browser with every other origin
-blocked; the page served must be the ``index.html`` written. Then Ctrl-C (SIGINT): the
+blocked; the page served must be the ``index.html`` written, and its lesson link must
+open the lesson. Then Ctrl-C (SIGINT): the
 command must say "stopped" and exit 0, in bounded time. A port that cannot be opened is a
 usage error that names it, never a traceback.
 """
@@ -85,6 +86,11 @@ def _in_chromium(request, url: str, page_file: Path) -> None:
         assert response is not None and response.status == 200
         assert page.title() == "minidp classroom"
         embedded = page.evaluate("JSON.parse(document.getElementById('trace').textContent)")
+        # the lesson link works when served too: the lesson opens inside the page
+        name = page.get_attribute("#scene-lesson", "data-lesson")
+        assert name and page.get_attribute("#scene-lesson", "href") == f"#lesson:{name}"
+        page.click("#scene-lesson")
+        assert page.text_content("#lesson-text") == (REPO / "lessons" / name).read_text()
     finally:
         page.close()
     assert problems == []

@@ -2,14 +2,17 @@
 
     python -m minidp classroom                         # record, write classroom/index.html, serve
     python -m minidp classroom --out DIR --no-serve    # just write DIR/index.html
-    python -m minidp classroom --trace run.json        # a page from your own trace (torchrun...)
+    python -m minidp classroom --trace run.json        # a page from your own trace (torchrun,
+                                                       # torch.profiler, any Chrome trace)
     python -m minidp classroom --screenshots diagrams  # also diagrams/classroom_<scene>.png
     python -m minidp classroom --only hsdp --hsdp-mesh 2x2  # one scene (HSDP: 4 processes)
 
 The page is one file (JS, CSS and the trace inline): it opens from ``file://`` offline.
-Serving uses Python's ``http.server`` on 127.0.0.1 only, until Ctrl-C.
+Serving uses Python's ``http.server`` on 127.0.0.1 only, until Ctrl-C. A bad input (a
+trace that is not one, an ``--out`` or ``--save-trace`` path that cannot be written) is
+one line on stderr and exit status 2, never a traceback.
 
-Test: ``pytest tests/test_classroom.py tests/test_classroom_browser.py``;
+Test: ``pytest tests/test_classroom.py tests/test_classroom_inputs.py``;
 serving: ``pytest tests/test_classroom_serve.py``
 """
 
@@ -22,8 +25,14 @@ import json
 import sys
 from pathlib import Path
 
-from minidp.classroom.page import load_trace, write_page
+from minidp.classroom.page import load_trace, trace_notes, write_page
 from minidp.classroom.record import SCENE_ORDER, Options, record
+from minidp.classroom.scenes import recognised
+
+NOT_RECOGNISED = (
+    "classroom: none of the classroom's scenes are in this trace: the page opens on its "
+    "timeline (every track, zoomable; click a bar for its details)"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -88,6 +97,28 @@ def serve(folder: Path, port: int = 0) -> None:
             print("stopped", flush=True)
 
 
+def fail(message: str) -> None:
+    """One line on stderr, exit status 2 (argparse's usage-error status), no traceback."""
+    line = " ".join(str(message).split())  # one line, whatever the message held
+    print(f"minidp classroom: error: {line}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def save_trace(data: dict, where: str) -> Path:
+    """Write ``data`` to ``where`` as JSON; a path that cannot hold it is a ValueError."""
+    path = Path(where)
+    if path.is_dir():
+        raise ValueError(f"classroom: --save-trace {where}: expected a file name, got a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+    except OSError as e:
+        raise ValueError(
+            f"classroom: --save-trace {where}: cannot write it ({e.strerror or e})"
+        ) from e
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -100,16 +131,19 @@ def main(argv: list[str] | None = None) -> int:
             options = options_from(args)
             options.check()  # bad options fail before any rank starts
             data = record(options, progress=lambda line: print(line, flush=True))
+        if args.save_trace:
+            save_trace(data, args.save_trace)
+            print(f"trace saved: {args.save_trace} (also opens in Perfetto)", flush=True)
+        existed = (Path(args.out) / "index.html").is_file()
+        page = write_page(data, args.out)
     except (ValueError, FileNotFoundError) as e:
-        parser.error(str(e))
-    if args.save_trace:
-        saved = Path(args.save_trace)
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        saved.write_text(json.dumps(data))
-        print(f"trace saved: {args.save_trace} (also opens in Perfetto)", flush=True)
-    page = write_page(data, args.out)
-    print(f"page written: {page} (open it directly, offline: {page.resolve().as_uri()})",
-          flush=True)  # fmt: skip
+        fail(str(e))
+    for note in trace_notes(data):
+        print(note, flush=True)
+    if args.trace and not recognised(data):
+        print(NOT_RECOGNISED, flush=True)
+    print(f"page {'replaced' if existed else 'written'}: {page} (open it directly, offline: "
+          f"{page.resolve().as_uri()})", flush=True)  # fmt: skip
     if args.screenshots:
         from minidp.classroom.shots import screenshots
 

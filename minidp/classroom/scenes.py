@@ -1,6 +1,11 @@
 """What each classroom scene is called, what it explains, and which lesson it belongs to.
 
-The page shows these texts beside each scene; ``page.py`` embeds them as JSON.
+The page shows these texts beside each scene; ``page.py`` embeds them as JSON, and each
+lesson's source with them (its link opens it in the page). ``ranks`` says what the ranks
+of the recording are: what a timeline of thread-ranks can and cannot show is said on the
+page, next to the timeline. ``recognised`` tells a trace with classroom scenes from any
+other Chrome trace (which opens on the generic timeline).
+
 Test: ``pytest tests/test_classroom.py``
 """
 
@@ -9,23 +14,30 @@ from __future__ import annotations
 SCENES = {
     "ring": {
         "title": "Ring all-reduce",
+        "short": "Ring",
         "lesson": "08_ring_all_reduce.py",
+        "ranks": "processes",
         "text": "Each rank's tensor is cut into one chunk per rank. Reduce-scatter (n-1 steps): "
         "every rank sends one chunk to its neighbour, which adds its own piece. Afterwards each "
         "rank owns one fully summed chunk. All-gather (n-1 steps): the finished chunks travel "
-        "round the ring and are copied. Rank r's inputs are multiples of 10^r, so each digit of a "
-        "sum says whose piece is in it. Values: copies of the real messages' payloads.",
+        "round the ring and are copied. Values: copies of the real messages' payloads.",
     },
     "traffic": {
         "title": "Parameter server vs ring",
+        "short": "Server vs ring",
         "lesson": "07_parameter_server.py",
-        "text": "Bytes per link, counted from every real send (rank, peer, bytes; headers "
-        "included). The server's links all end at rank 0: it receives and sends (n-1)*S. "
-        "The ring spreads the same total evenly: every rank sends 2(n-1)/n*S.",
+        "ranks": "processes",
+        "text": "Bytes per link, counted from every real message (rank, peer, bytes). The "
+        "server's links all end at rank 0: it receives and sends (n-1)·S. The ring spreads "
+        "the same work evenly: every rank sends 2(n-1)/n·S. minidp's check before each "
+        "collective (a small header to every peer, lesson 36) is counted apart: it belongs "
+        "to neither algorithm.",
     },
     "dp": {
         "title": "DataParallel step",
+        "short": "DataParallel",
         "lesson": "03_data_parallel.py",
+        "ranks": "threads",
         "text": "One process, one model on the main device. scatter cuts the batch into rows per "
         "device; replicate copies the weights to every device (replica 0 is the model "
         "itself); parallel_apply runs one thread per replica; gather brings the outputs back "
@@ -34,7 +46,9 @@ SCENES = {
     },
     "ddp": {
         "title": "DDP backward: hooks and buckets",
+        "short": "DDP",
         "lesson": "11_buckets_overlap.py",
+        "ranks": "processes",
         "text": "One process per rank. During backward, each parameter's hook fires as its "
         "gradient is ready (last layer first). The gradient is copied into its bucket; a full "
         "bucket is launched at once and all-reduced on the communication thread while "
@@ -42,24 +56,32 @@ SCENES = {
         "the last buckets.",
     },
     "memory": {
-        "title": "ZeRO-1/2 and FSDP: memory per rank",
+        "title": "DDP, ZeRO-1/2, FSDP: memory per rank over a step",
+        "short": "Memory",
         "lesson": "18_memory_wall.py",
-        "text": "Bytes each rank holds, measured from the real tensors at four points of one "
-        "AdamW step. DDP keeps everything on every rank; ZeRO-1 shards the optimizer state; "
-        "ZeRO-2 also the gradients; FSDP also the parameters (gathered only while a unit "
-        "computes). Below: all four stages at the same point, side by side, on one scale.",
+        "ranks": "threads",
+        "text": "Bytes each rank holds during one AdamW step, measured from the real tensors "
+        "(parameters, gradients, optimizer state, DDP's buckets) after building, forward, "
+        "backward and the step, plus FSDP's all-gather buffers and gathered units at every "
+        "gather and free. DDP keeps everything on every rank; ZeRO-1 shards the optimizer "
+        "state; ZeRO-2 also the gradients; FSDP also the parameters.",
     },
     "fsdp": {
         "title": "FSDP: units gathered and freed",
+        "short": "FSDP",
         "lesson": "21_fsdp.py",
-        "text": "Each layer is a unit holding 1/n of its parameters. Before a unit computes, its "
-        "all-gather brings the full parameters; after, they are freed. The next unit's "
-        "all-gather is issued early (prefetch) so it travels while this one computes. "
-        "Backward re-gathers in reverse and reduce-scatters each unit's gradients.",
+        "ranks": "processes",
+        "text": "Each hidden layer is a unit holding 1/n of its parameters; the root keeps the "
+        "last layer. Before a unit computes, its all-gather brings the full parameters; after, "
+        "they are freed. The next unit's all-gather is issued early (prefetch) so it travels "
+        "while this one computes — and its buffer is held from then on: the memory cost of "
+        "prefetch. Backward re-gathers in reverse and reduce-scatters each unit's gradients.",
     },
     "hsdp": {
         "title": "HSDP: shard in a node, replicate across",
+        "short": "HSDP",
         "lesson": "37_hsdp.py",
+        "ranks": "processes",
         "text": "Real rank processes on a 2-D mesh (replicate x shard). Each row plays a node: "
         "its ranks shard every unit, so all-gathers and reduce-scatters stay on the fast "
         "links inside the node. Each column holds the same shard on every node; after the "
@@ -67,4 +89,37 @@ SCENES = {
         "across nodes, over the slow link. Bytes: every real message each rank sent "
         "(headers included), to whom, in which collective.",
     },
+    "whatif": {
+        "title": "What if: a real model on many GPUs",
+        "short": "What if",
+        "lesson": "23_planning_a_real_model.py",
+        "ranks": "model",
+        "text": "The formulas the lessons measure, computed here for any model and world: "
+        "bytes each rank sends per step (ring and server), the α-β time of the gradient "
+        "all-reduce, and memory per GPU for DDP, ZeRO-1, ZeRO-2 and FSDP. Every figure is a "
+        "model, labelled with its formula; the measured column shows the same formula "
+        "against this recording.",
+    },
+    "trace": {
+        "title": "Timeline of the whole trace",
+        "short": "Trace",
+        "lesson": "",
+        "ranks": "any",
+        "text": "Every event of the trace, one row per process and thread, as recorded. Scroll "
+        "to zoom, drag to pan, click a bar to step to it. Opens any Chrome trace: minidp's "
+        "tracer, torch.profiler, others.",
+    },
 }
+
+# An event name that only a scene's own recording (or minidp's library) writes.
+SIGNS = {"ring": "ring step", "traffic": "traffic message", "dp": "dp scatter", "ddp": "grad ready",
+         "memory": "memory", "fsdp": "unit gathered", "hsdp": "hsdp send"}  # fmt: skip
+
+
+def recognised(data: dict) -> list[str]:
+    """The classroom scenes whose events are in the trace ``data`` (may be none)."""
+    names = {e.get("name") for e in data.get("traceEvents", []) if isinstance(e, dict)}
+    found = [key for key, sign in SIGNS.items() if sign in names]
+    if "fsdp" not in found and any(str(n).startswith("forward unit") for n in names):
+        found.append("fsdp")
+    return found
