@@ -6,9 +6,11 @@
 The network is blocked (only file:// loads); the page must raise no console or page error;
 every scene steps forward and back from the keyboard; and what the page shows at step k —
 read from the DOM's data attributes — equals what the trace holds for step k, computed
-here independently of the page's JavaScript. This file: the player and the ring, traffic,
-DP and DDP scenes (and the helpers); tests/test_classroom_browser_shard.py: memory, FSDP
-and HSDP.
+here independently of the page's JavaScript, down to which timeline bars are outlined as
+step k's (exactly its events, on either axis). This file: the player and the ring,
+traffic, DP and DDP scenes (and the helpers); tests/test_classroom_browser_shard.py:
+memory, FSDP, HSDP and the generic timeline; tests/test_classroom_layout.py: the
+projector's layout and the what-if panel.
 """
 
 from __future__ import annotations
@@ -26,15 +28,14 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not ins
 if CHROMIUM is None:
     pytest.skip("no chromium (apt-get install -y chromium)", allow_module_level=True)
 
-SCENES = ("ring", "traffic", "dp", "ddp", "memory", "fsdp", "hsdp")
-
-
+SCENES = ("ring", "traffic", "dp", "ddp", "memory", "fsdp", "hsdp", "whatif", "trace")
+LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 _SHARED: dict = {}  # one Chromium, recording and page for every classroom browser test
 
 
 def chromium(request):
     """The session's Chromium (playwright allows one sync instance at a time, and a start
-    costs seconds), closed when the session ends; tests/test_classroom_serve.py uses it too."""
+    costs seconds), closed when the session ends; the other classroom tests use it too."""
     if "browser" not in _SHARED:
         playwright = sync_api.sync_playwright().start()
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -44,28 +45,35 @@ def chromium(request):
     return _SHARED["browser"]
 
 
+def open_page(request, url: str, viewport: dict | None = None):
+    """(page, problems): ``url`` in a new tab of the session's Chromium; only file:// may
+    load; every console message or page error lands in ``problems``."""
+    page = chromium(request).new_page(viewport=viewport or {"width": 1400, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+
+    def only_files(route):
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            problems.append(f"network request: {route.request.url}")
+            route.abort()
+
+    page.route("**/*", only_files)
+    page.goto(url)
+    return page, problems
+
+
 def shared(request) -> tuple[tuple[dict, Path], tuple]:
-    """((trace, page path), (page, problems)): made once per session, used by this file and
-    tests/test_classroom_browser_shard.py. Only file:// may load."""
+    """((trace, page path), (page, problems)): made once per session, used by every
+    classroom browser test file."""
     if "both" not in _SHARED:
         from test_classroom import recorded_once  # tests/test_classroom.py reads it too
 
         data = recorded_once(request.getfixturevalue("process_world"))
         path = write_page(data, request.getfixturevalue("tmp_path_factory").mktemp("classroom"))
-        page = chromium(request).new_page()
-        problems: list[str] = []
-        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}"))
-        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-
-        def only_files(route):
-            if route.request.url.startswith("file:"):
-                route.continue_()
-            else:
-                problems.append(f"network request: {route.request.url}")
-                route.abort()
-
-        page.route("**/*", only_files)
-        page.goto(path.as_uri())
+        page, problems = open_page(request, path.as_uri())
         _SHARED["both"] = ((json.loads(json.dumps(data)), path), (page, problems))
     return _SHARED["both"]
 
@@ -84,7 +92,8 @@ def browser_page(request):
 
 
 def events(data: dict) -> list[dict]:
-    """Duration/instant events with their lane name, in time order (ties: rank, then file)."""
+    """Drawable events with their lane name and id (their place in time order; ties: rank,
+    then file order), as the page numbers them."""
     lanes = {
         (e["pid"], e["tid"]): e["args"]["name"]
         for e in data["traceEvents"]
@@ -93,9 +102,12 @@ def events(data: dict) -> list[dict]:
     out = [
         {**e, "lane": lanes.get((e["pid"], e["tid"]), str(e["tid"])), "args": e.get("args", {})}
         for e in data["traceEvents"]
-        if e.get("ph") in ("X", "i")
+        if e.get("ph") in ("X", "i", "I")
     ]
-    return sorted(out, key=lambda e: (e["ts"], e["pid"]))
+    out = sorted(out, key=lambda e: (e["ts"], e["pid"]))
+    for i, e in enumerate(out):
+        e["id"] = i
+    return out
 
 
 def select(page, scene: str) -> None:
@@ -104,10 +116,10 @@ def select(page, scene: str) -> None:
 
 
 def step_to(page, k: int) -> None:
-    """Reach step ``k`` with the keyboard only (→ from wherever the counter is)."""
+    """Reach step ``k`` with the keyboard only (→ or ← from wherever the counter is)."""
     now = int(page.get_attribute("#step", "data-step"))
-    for _ in range(k - now):
-        page.keyboard.press("ArrowRight")
+    for _ in range(abs(k - now)):
+        page.keyboard.press("ArrowRight" if k > now else "ArrowLeft")
     assert page.get_attribute("#step", "data-step") == str(k)
 
 
@@ -117,15 +129,35 @@ def dom(page, selector: str, *attrs: str) -> list[list[str]]:
     )
 
 
+def outlined(page) -> set[int]:
+    """Ids of the timeline's events outlined as this step's."""
+    return {int(i) for (i,) in dom(page, ".tl [data-ev].hl", "data-ev")}
+
+
+def check_outlines(page, scene: str, expect) -> None:
+    """At every step, on both axes: the outlined bars are exactly ``expect(k)``'s events."""
+    select(page, scene)
+    last = int(page.get_attribute("#scrub", "max"))
+    for axis in ("steps", "wall"):
+        assert page.get_attribute(".tl", "data-axis") == axis
+        for k in range(last + 1):
+            step_to(page, k)
+            assert outlined(page) == set(expect(k)), f"{scene} step {k} ({axis} axis)"
+        page.keyboard.press("l")  # the other axis, for this scene's timeline (twice: back)
+    step_to(page, 0)
+
+
 # ---- tests ----------------------------------------------------------------------------------
 
 
 def test_loads_offline_without_errors(browser_page):
     page, problems = browser_page
     assert page.title() == "minidp classroom"
-    for scene in SCENES:
-        page.click(f'nav [data-scene="{scene}"]')
-        assert "absent" not in (page.get_attribute(f'nav [data-scene="{scene}"]', "class") or "")
+    for i, scene in enumerate(SCENES, 1):
+        button = f'nav [data-scene="{scene}"]'
+        page.click(button)
+        assert "absent" not in (page.get_attribute(button, "class") or "")
+        assert page.text_content(f"{button} kbd") == str(i)  # the key that picks it, shown
     assert problems == []
 
 
@@ -140,14 +172,36 @@ def test_every_scene_steps_forward_and_back(browser_page, scene):
         assert page.get_attribute("#step", "data-step") == str(k)
     page.keyboard.press("ArrowLeft")
     assert page.get_attribute("#step", "data-step") == "2"
-    page.keyboard.press("ArrowLeft")
-    page.keyboard.press("ArrowLeft")
-    page.keyboard.press("ArrowLeft")  # clamps at 0
+    for _ in range(3):
+        page.keyboard.press("ArrowLeft")  # clamps at 0
     assert page.get_attribute("#step", "data-step") == "0"
     assert problems == []
 
 
-def test_ring_cells_equal_the_trace_at_every_step(browser_page, recorded):
+def test_the_address_picks_scene_and_step_without_reload(browser_page):
+    page, _ = browser_page
+    select(page, "ring")
+    page.evaluate("location.hash = '#dp/3'")  # a teacher editing the address bar
+    page.wait_for_function("document.getElementById('step').dataset.step === '3'")
+    assert page.get_attribute("nav .active", "data-scene") == "dp"
+    page.keyboard.press("2")
+    assert page.get_attribute("nav .active", "data-scene") == "traffic"
+    assert page.evaluate("location.hash") == "#traffic/0"
+
+
+def test_lesson_link_opens_the_lesson_from_file(browser_page):
+    page, problems = browser_page
+    select(page, "ring")
+    href = page.get_attribute("#scene-lesson", "href")
+    assert href == "#lesson:08_ring_all_reduce.py"  # inside the page: no path to this disk
+    page.click("#scene-lesson")
+    assert page.is_visible("#lesson-box")
+    assert page.text_content("#lesson-text") == (LESSONS / "08_ring_all_reduce.py").read_text()
+    page.keyboard.press("Escape")
+    assert not page.is_visible("#lesson-box") and problems == []
+
+
+def test_ring_cells_and_outlines_equal_the_trace(browser_page, recorded):
     page, _ = browser_page
     ev = events(recorded[0])
     holds = {(0, e["pid"]): e["args"]["holds"] for e in ev if e["name"] == "ring inputs"}
@@ -163,71 +217,98 @@ def test_ring_cells_equal_the_trace_at_every_step(browser_page, recorded):
         shown = {(int(r), int(c)): json.loads(v) for r, c, v in cells}
         expect = {(r, c): v for (s, r), row in holds.items() if s == k for c, v in enumerate(row)}
         assert shown == expect, f"ring step {k}"
+        moves = dom(page, "svg.topo g.move:not([data-src='']) text.move-label", "x")
+        assert len(moves) == (4 if k else 0)  # this step's four messages, each labelled
+    check_outlines(page, "ring", lambda k: [e["id"] for e in ev if e["name"] == "ring step"
+                                            and e["args"]["step"] == k])  # fmt: skip
 
 
-def test_traffic_bytes_per_link_equal_the_trace(browser_page, recorded):
+def traffic_order(ev: list[dict]) -> list[tuple[str, int]]:
+    spans = [e for e in ev if e["lane"] == "classroom" and e["name"].startswith("all-reduce: ")]
+    algos = list(dict.fromkeys(e["args"]["algorithm"] for e in spans))
+    data = [e for e in ev if e["name"] == "traffic message" and not e["args"]["header"]]
+    steps = {
+        a: sorted({e["args"]["step"] for e in data if e["args"]["algorithm"] == a}) for a in algos
+    }
+    return [(a, s) for a in algos for s in steps[a]]
+
+
+def test_traffic_bytes_bars_and_outlines_equal_the_trace(browser_page, recorded):
     page, _ = browser_page
     ev = events(recorded[0])
-    spans = [e for e in ev if e["lane"] == "classroom" and e["name"].startswith("all-reduce: ")]
-
-    def algo(e):
-        for s in spans:
-            if s["pid"] == e["pid"] and s["ts"] <= e["ts"] <= s["ts"] + s["dur"]:
-                return s["args"]["algorithm"]
-
-    sends = [(algo(e), e) for e in ev if e["name"] == "send" and algo(e)]
+    data = [e for e in ev if e["name"] == "traffic message" and not e["args"]["header"]]
+    order = traffic_order(ev)
     select(page, "traffic")
-    for k in range(0, len(sends) + 1, 7):
+    assert int(page.get_attribute("#scrub", "max")) == len(order) == 2 + 6
+    for k in range(len(order) + 1):
         step_to(page, k)
+        done = [e for e in data if (e["args"]["algorithm"], e["args"]["step"]) in order[:k]]
         link: dict = {}
-        for a, e in sends[:k]:
-            key = (a, e["pid"], e["args"]["peer"])
+        for e in done:
+            key = (e["args"]["algorithm"], e["pid"], e["args"]["to"])
             link[key] = link.get(key, 0) + e["args"]["bytes"]
         cells = dom(page, "td[data-algo]", "data-algo", "data-src", "data-dst", "data-bytes")
-        shown = {(a, int(s), int(d)): int(n) for a, s, d, n in cells if int(n)}
-        assert shown == link, f"traffic step {k}"
-    server = sum(n for (a, s, _), n in link.items() if a == "parameter server" and s == 0)
-    ring0 = sum(n for (a, s, _), n in link.items() if a == "ring" and s == 0)
-    assert server > ring0  # the server's link carries more than any ring rank's
+        assert {(a, int(s), int(d)): int(n) for a, s, d, n in cells if int(n)} == link, k
+        bars = dom(page, "[data-bar-bytes][data-algo]", "data-algo", "data-rank", "data-bar-bytes")
+        sent = {(a, int(r)): int(n) for a, r, n in bars}
+        assert sent == {(a, r): sum(n for (b, s, _), n in link.items() if (b, s) == (a, r))
+                        for a, _ in order for r in range(4)}, k  # fmt: skip
+    heads = sum(
+        e["args"]["bytes"] for e in ev if e["name"] == "traffic message" and e["args"]["header"]
+    )
+    assert int(page.get_attribute("#traffic-headers", "data-bytes")) == heads > 0
+    check_outlines(
+        page,
+        "traffic",
+        lambda k: (
+            []
+            if not k
+            else [
+                e["id"] for e in data if (e["args"]["algorithm"], e["args"]["step"]) == order[k - 1]
+            ]
+        ),
+    )
 
 
-def test_dp_tensors_equal_the_trace(browser_page, recorded):
+STAGES = ["scatter", "replicate", "parallel_apply", "gather", "backward", "sum grads"]
+
+
+def test_dp_tensors_and_outlines_equal_the_trace(browser_page, recorded):
     page, _ = browser_page
     ev = [e for e in events(recorded[0]) if e["name"].startswith("dp ")]
-    stages = ["scatter", "replicate", "parallel_apply", "gather", "backward", "sum grads"]
     field = {"scatter": ("input", "input"), "replicate": ("weight", "weight"),
              "parallel_apply": ("output", "output"), "gather": ("gathered", "output"),
              "backward": ("grad", "grad"), "sum grads": ("summed", "grad")}  # fmt: skip
     select(page, "dp")
-    for k in range(len(stages) + 1):
+    for k in range(len(STAGES) + 1):
         step_to(page, k)
-        cells = dom(page, ".card[data-device] .field", "data-field", "data-values")
-        devices = dom(page, ".card[data-device]", "data-device")
-        assert len(devices) == 2
+        assert len(dom(page, ".card[data-device]", "data-device")) == 2
         shown = page.eval_on_selector_all(
             ".field[data-field]",
             "els => els.map(e => [e.closest('[data-device]').dataset.device, e.dataset.field,"
             " JSON.parse(e.dataset.values)])",
         )
-        expect = [
-            [str(e["pid"]), field[s][0], e["args"][field[s][1]]]
-            for s in stages[:k]
-            for e in ev
-            if e["args"]["stage"] == s
-        ]
+        now = STAGES[k - 1] if k else None
+        expect = [[str(e["pid"]), field[now][0], e["args"][field[now][1]]]
+                  for e in ev if e["args"]["stage"] == now]  # fmt: skip
         assert sorted(map(json.dumps, shown)) == sorted(map(json.dumps, expect)), f"dp {k}"
-        assert len(cells) == len(expect)
+    check_outlines(
+        page, "dp", lambda k: [e["id"] for e in ev if k and e["args"]["stage"] == STAGES[k - 1]]
+    )
 
 
-def test_ddp_hooks_and_buckets_equal_the_trace(browser_page, recorded):
+def ddp_seq(ev: list[dict]) -> list[dict]:
+    names = ("forward", "ddp buckets", "grad ready", "bucket launch", "bucket finish",
+             "wait for buckets")  # fmt: skip
+    return [e for e in ev if e["pid"] == 0
+            and (e["name"] in names or e["name"].startswith("all-reduce bucket "))]  # fmt: skip
+
+
+def test_ddp_hooks_buckets_and_outlines_equal_the_trace(browser_page, recorded):
     page, _ = browser_page
     ev = events(recorded[0])
-    names = ("forward", "grad ready", "bucket launch", "bucket finish", "wait for buckets")
-    seq = [
-        e
-        for e in ev
-        if e["pid"] == 0 and (e["name"] in names or e["name"].startswith("all-reduce bucket "))
-    ]
+    seq = ddp_seq(ev)
+    layout = next(e for e in seq if e["name"] == "ddp buckets")["args"]["buckets"]
     select(page, "ddp")
     assert int(page.get_attribute("#scrub", "max")) == len(seq)
     for k in range(len(seq) + 1):
@@ -236,12 +317,19 @@ def test_ddp_hooks_and_buckets_equal_the_trace(browser_page, recorded):
         ready = {e["args"]["param"] for e in done if e["name"] == "grad ready"}
         launched = {e["args"]["bucket"] for e in done if e["name"] == "bucket launch"}
         finished = {e["args"]["bucket"] for e in done if e["name"] == "bucket finish"}
-        chips = dict(dom(page, ".chip[data-param]", "data-param", "data-ready"))
-        assert {p for p, r in chips.items() if r == "1"} == ready, f"ddp step {k}"
+        chips = dom(page, ".chip[data-param]", "data-param", "data-ready")
+        assert sorted(p for p, _ in chips) == sorted(p for b in layout for p in b["params"])
+        assert {p for p, r in chips if r == "1"} == ready, f"ddp step {k}"
         for b, state in dom(page, ".bucket", "data-bucket", "data-state"):
             want = (
                 "reduced" if int(b) in finished else "launched" if int(b) in launched else "filling"
             )
             assert state == want, f"ddp step {k}, bucket {b}"
-        event = page.get_attribute("#caption [data-event]", "data-event")
-        assert event == (seq[k - 1]["name"] if k else "")
+        assert page.get_attribute("#caption [data-event]", "data-event") == (
+            seq[k - 1]["name"] if k else ""
+        )
+    check_outlines(
+        page,
+        "ddp",
+        lambda k: [seq[k - 1]["id"]] if k and seq[k - 1]["name"] != "ddp buckets" else [],
+    )

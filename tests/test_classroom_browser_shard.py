@@ -1,11 +1,12 @@
-"""The sharded scenes in a real browser: ZeRO/FSDP memory, FSDP units, HSDP's mesh and bytes.
+"""The sharded scenes and the generic timeline in a real browser: memory over a step, FSDP's
+units, HSDP's mesh and bytes, any trace's events.
 
     pytest tests/test_classroom_browser_shard.py
 
 As in tests/test_classroom_browser.py (whose helpers and recording this file shares):
 Chromium with the network blocked; what the page shows at step k, read from the DOM's data
-attributes, must equal what the trace holds for step k, computed here independently of the
-page's JavaScript.
+attributes, must equal what the trace holds for step k, computed here independently of
+the page's JavaScript, outlined timeline bars included.
 """
 
 from __future__ import annotations
@@ -14,79 +15,173 @@ import collections
 import json
 import re
 
-from test_classroom_browser import browser_page, dom, events, recorded, select, step_to
+from test_classroom_browser import (
+    browser_page,
+    check_outlines,
+    dom,
+    events,
+    outlined,
+    recorded,
+    select,
+    step_to,
+)
 
 __all__ = ["browser_page", "recorded"]  # the shared fixtures, used by name below
 
+PARTS = ("params", "grads", "optimizer", "buckets")
+POINTS = ("built", "after forward", "after backward", "after step")
 
-def test_memory_bytes_equal_the_trace(browser_page, recorded):
+
+def memory_history(ev, stage, rank):
+    """(measured points, transient changes per phase) of one stage on one rank: the bytes
+    held at each, measured parts plus FSDP's all-gather buffers and gathered units."""
+    seq = sorted((e for e in ev if e["pid"] == rank and (
+        (e["name"] == "memory" and e["args"]["stage"] == stage)
+        or (e["name"].startswith("memory ") and e["args"].get("stage") == stage))),
+        key=lambda e: (e["ts"], e["id"]))  # fmt: skip
+    points, subs, held, base, seg = {}, [[], [], [], []], {"buffer": 0, "full": 0}, None, -1
+    for e in seq:
+        a = e["args"]
+        if e["name"] == "memory":
+            base, seg = {p: a[p] for p in PARTS}, POINTS.index(a["point"])
+            points[seg] = {**base, **held}
+        elif e["name"] == "memory gather start":
+            held["buffer"] += a["buffer"]
+            subs[seg].append({**base, **held})
+        elif e["name"] == "memory gathered":  # the moment both exist, then the buffer goes
+            held["full"] += a["bytes"]
+            subs[seg].append({**base, **held})
+            held["buffer"] -= a["buffer"]
+            subs[seg].append({**base, **held})
+        elif e["name"] == "memory freed":
+            held["full"] -= a["bytes"]
+            subs[seg].append({**base, **held})
+    return points, subs
+
+
+def test_memory_over_the_step_equals_the_trace(browser_page, recorded):
     page, _ = browser_page
-    mem = [e for e in events(recorded[0]) if e["name"] == "memory"]
-    keys = list(dict.fromkeys((e["args"]["stage"], e["args"]["point"]) for e in mem))
-    assert len(keys) == 16  # 4 stages x 4 points
-    parts = ("params", "grads", "optimizer", "buckets")
+    ev = events(recorded[0])
+    mem = [e for e in ev if e["name"] == "memory"]
+    stages = list(dict.fromkeys(e["args"]["stage"] for e in mem))
+    ranks = sorted({e["pid"] for e in mem})
+    hist = {(s, r): memory_history(ev, s, r) for s in stages for r in ranks}
+    width = [max(len(h[1][i]) for h in hist.values()) for i in range(3)]
+    assert width[0] > 0 and width[1] > 0  # FSDP gathers and frees in forward and backward
+    positions = []
+    for i in range(4):
+        positions.append(("point", i))
+        positions += [("sub", i, j) for j in range(width[i] if i < 3 else 0)]
     select(page, "memory")
-    for k, (stage, point) in enumerate(keys):
+    assert int(page.get_attribute("#scrub", "max")) == len(positions) - 1
+    peak_fsdp = 0
+    for k, p in enumerate(positions):
         step_to(page, k)
-        shown = {
-            (int(r), p): int(n)
-            for r, p, n in dom(
-                page, "#memory-steps [data-part]", "data-rank", "data-part", "data-bytes"
-            )
-        }
-        expect = {
-            (e["pid"], p): e["args"][p]
-            for e in mem
-            if (e["args"]["stage"], e["args"]["point"]) == (stage, point)
-            for p in parts
-        }
-        assert shown == expect, f"memory {stage} {point}"
-        # side by side: every stage at this step's point, one column each
-        assert page.get_attribute("#memory-compare", "data-point") == point
-        columns = page.eval_on_selector_all(
+        want = {}
+        for (s, r), (points, subs) in hist.items():
+            if p[0] == "point":
+                v = points[p[1]]
+            else:
+                v = subs[p[1]][min(p[2], len(subs[p[1]]) - 1)] if subs[p[1]] else points[p[1]]
+            want.update({(s, r, q): n for q, n in v.items() if n})
+            if s == "fsdp":
+                peak_fsdp = max(peak_fsdp, sum(v.values()))
+        shown = page.eval_on_selector_all(
             "#memory-compare [data-part]",
             "els => els.map(e => [e.closest('[data-stage]').dataset.stage, e.dataset.rank,"
             " e.dataset.part, e.dataset.bytes])",
         )
-        side = {(s, int(r), p): int(n) for s, r, p, n in columns}
-        want = {
-            (e["args"]["stage"], e["pid"], p): e["args"][p]
-            for e in mem
-            if e["args"]["point"] == point
-            for p in parts
-        }
-        assert side == want, f"memory side by side at step {k} ({point})"
-        assert len(columns) == len(want) == 4 * 2 * 4  # stages x ranks x parts
-
-
-def test_fsdp_units_and_bytes_equal_the_trace(browser_page, recorded):
-    page, _ = browser_page
-    unit = r"(unit \d+|root)$"
-    pat = re.compile(
-        rf"^((issue all-gather|all-gather|forward|backward|reduce-scatter) {unit}"
-        r"|unit gathered|unit freed|wait reduce-scatters)"
+        assert {(s, int(r), q): int(n) for s, r, q, n in shown} == want, f"memory position {k}"
+    # FSDP's peak inside the step is above what it holds at any measured point
+    measured = max(sum(e["args"][q] for q in PARTS) for e in mem if e["args"]["stage"] == "fsdp")
+    assert peak_fsdp > min(
+        sum(e["args"][q] for q in PARTS) for e in mem if e["args"]["stage"] == "fsdp"
     )
-    seq = [e for e in events(recorded[0]) if e["pid"] == 0 and pat.match(e["name"])]
+    assert measured > 0 and peak_fsdp > 0
+
+
+def test_zero1_owners_are_named(browser_page, recorded):
+    page, _ = browser_page
+    select(page, "memory")
+    text = page.text_content("#zero1-owners")
+    for e in events(recorded[0]):
+        if (
+            e["name"] == "memory"
+            and e["args"]["stage"] == "zero1"
+            and e["args"]["point"] == "after step"
+        ):
+            names = ", ".join(n for n, _ in e["args"]["owned"])
+            assert f"rank {e['pid']} keeps the state of {names}" in text
+
+
+UNIT = r"(unit \d+|root)$"
+LIB = re.compile(rf"^(issue all-gather|all-gather|forward|backward|reduce-scatter) {UNIT}")
+OURS = ("unit gathered", "unit freed", "wait reduce-scatters")
+
+
+def unit_of(e) -> str:
+    return e["args"].get("unit") or re.sub(
+        r"^(issue all-gather|all-gather|forward|backward|reduce-scatter|wait all-gather) ",
+        "",
+        e["name"],
+    )
+
+
+def test_fsdp_units_memory_and_outlines_equal_the_trace(browser_page, recorded):
+    page, _ = browser_page
+    ev = events(recorded[0])
+    seq = [e for e in ev if e["pid"] == 0 and (LIB.match(e["name"]) or e["name"] in OURS)]
+    starts = [e for e in ev if e["pid"] == 0 and e["name"] == "unit gather start"]
+    shards = next(e for e in ev if e["name"] == "fsdp shards" and e["pid"] == 0)["args"]["bytes"]
     select(page, "fsdp")
     assert int(page.get_attribute("#scrub", "max")) == len(seq)
-    gathered_some = False
+    grew = False
     for k in range(len(seq) + 1):
         step_to(page, k)
-        state, held = {}, 0
-        for e in seq[:k]:
-            if e["name"].startswith("issue all-gather "):  # prefetch asked, not yet arrived
-                u = e["name"].removeprefix("issue all-gather ")
-                state[u] = "gathered" if state.get(u) == "gathered" else "issued"
-            elif e["name"] == "unit gathered":
-                state[e["args"]["unit"]], held = "gathered", held + e["args"]["bytes"]
-            elif e["name"] == "unit freed":
-                state[e["args"]["unit"]], held = "sharded", held - e["args"]["bytes"]
-        shown = dict(dom(page, ".card[data-unit]", "data-unit", "data-state"))
-        for u, s in state.items():
-            assert shown[u] == s, f"fsdp step {k}, {u}"
-        assert int(page.get_attribute("#fsdp-memory", "data-bytes")) == held, f"fsdp step {k}"
-        gathered_some |= held > 0
-    assert gathered_some
+        t = seq[k - 1]["ts"] if k else float("-inf")
+        state = collections.defaultdict(lambda: "sharded")
+        for e in seq:
+            if e["ts"] > t or e["name"] == "wait reduce-scatters":
+                continue
+            u = unit_of(e)
+            if e["name"].startswith("issue all-gather") and state[u] == "sharded":
+                state[u] = "prefetch issued"
+            if e["name"].startswith("all-gather"):
+                state[u] = "all-gather in flight"
+            if e["name"] == "unit gathered":
+                state[u] = "gathered"
+            if e["name"] == "unit freed":
+                state[u] = "sharded"
+        for u, s in dom(page, ".card[data-unit]", "data-unit", "data-state"):
+            assert s == state[u], f"fsdp step {k}, {u}"
+        buffer = full = 0
+        peak = shards
+        kinds = ("unit gather start", "unit gathered", "unit freed")
+        moves = [e for e in starts + seq if e["name"] in kinds and e["ts"] <= t]
+        for e in sorted(moves, key=lambda e: (e["ts"], e["id"])):
+            if e["name"] == "unit gather start":
+                buffer += e["args"]["buffer"]
+            elif e["name"] == "unit gathered":  # buffer and full parameters both held here
+                full += e["args"]["bytes"]
+                peak = max(peak, shards + buffer + full)
+                buffer -= e["args"]["buffer"]
+            else:
+                full -= e["args"]["bytes"]
+            peak = max(peak, shards + buffer + full)
+        shown = [
+            int(page.get_attribute("#fsdp-memory", f"data-{a}"))
+            for a in ("shards", "buffer", "full", "peak")
+        ]
+        assert shown == [shards, buffer, full, peak], f"fsdp step {k}"
+        grew |= peak > shards + full  # a moment with buffer and full parameters at once
+    assert grew
+    check_outlines(page, "fsdp", lambda k: [seq[k - 1]["id"]] if k else [])
+
+
+def hsdp_keys(sends):
+    order = {"all-gather": 0, "reduce-scatter": 1, "all-reduce": 2}
+    key = lambda e: (e["args"]["call"], e["args"]["collective"])  # noqa: E731
+    return key, sorted({key(e) for e in sends}, key=lambda k: (k[0], order[k[1]]))
 
 
 def test_hsdp_links_and_bytes_equal_the_trace(browser_page, recorded):
@@ -96,9 +191,7 @@ def test_hsdp_links_and_bytes_equal_the_trace(browser_page, recorded):
     meshes = {e["pid"]: e["args"] for e in ev if e["name"] == "hsdp mesh"}
     units = {e["args"]["unit"] for e in ev if e["name"] == "hsdp unit"}
     node = {r: i for i, row in enumerate(meshes[0]["mesh"]) for r in row}
-    order = {"all-gather": 0, "reduce-scatter": 1, "all-reduce": 2}
-    key = lambda e: (e["args"]["call"], e["args"]["collective"])  # noqa: E731
-    keys = sorted({key(e) for e in sends}, key=lambda k: (k[0], order[k[1]]))
+    key, keys = hsdp_keys(sends)
     select(page, "hsdp")
     assert int(page.get_attribute("#scrub", "max")) == len(keys)
     crossed = False
@@ -106,10 +199,14 @@ def test_hsdp_links_and_bytes_equal_the_trace(browser_page, recorded):
         step_to(page, k)
         now = [e for e in sends if k and key(e) == keys[k - 1]]
         done = [e for e in sends if key(e) in keys[:k]]
-        caption = dom(page, "#caption [data-collective]", "data-collective", "data-unit")
-        assert caption == [
-            [now[0]["args"]["collective"], now[0]["args"]["unit"]] if k else ["", ""]
-        ]
+        caption = dom(
+            page, "#caption [data-collective]", "data-collective", "data-unit", "data-phase"
+        )
+        assert caption == (
+            [[now[0]["args"][a] for a in ("collective", "unit", "phase")]]
+            if k
+            else [["", "", None]]
+        )
         links = collections.Counter()
         for e in now:
             links[e["pid"], e["args"]["to"]] += e["args"]["bytes"]
@@ -140,6 +237,46 @@ def test_hsdp_links_and_bytes_equal_the_trace(browser_page, recorded):
             ]  # fmt: skip
             assert json.loads(per_rank) == want, f"hsdp step {k}, {unit} {coll}"
     assert crossed
+    spans = [e for e in ev if e["ph"] == "X" and e["lane"] == "comm"
+             and re.match(r"^hsdp (all-gather|reduce-scatter) ", e["name"])]  # fmt: skip
+
+    def expect(k):  # the step's messages, and on each rank the collective span they are in
+        now = [e for e in sends if k and key(e) == keys[k - 1]]
+        held = {s["id"] for e in now for s in spans[:]
+                if s["pid"] == e["pid"] and s["ts"] <= e["ts"] <= s["ts"] + s["dur"]}  # fmt: skip
+        return {e["id"] for e in now} | held
+
+    check_outlines(page, "hsdp", expect)
+
+
+def test_generic_timeline_steps_through_every_event(browser_page, recorded):
+    page, _ = browser_page
+    ev = events(recorded[0])
+    select(page, "trace")
+    assert int(page.get_attribute("#scrub", "max")) == len(ev)
+    assert page.get_attribute(".tl", "data-axis") == "wall"  # a whole trace: its own clock
+    for k in (1, 2, len(ev) // 2, len(ev)):
+        page.evaluate(f"location.hash = '#trace/{k}'")
+        page.wait_for_function(f"document.getElementById('step').dataset.step === '{k}'")
+        assert page.get_attribute("#caption [data-event]", "data-event") == ev[k - 1]["name"]
+        assert outlined(page) == {ev[k - 1]["id"]}
+    rows = page.eval_on_selector_all(".tl text.row-label", "els => els.map(e => e.textContent)")
+    lanes = {(e["pid"], e["lane"]) for e in ev}
+    assert sorted(rows) == sorted(f"rank {p} / {lane}" for p, lane in lanes)
+    page.evaluate("location.hash = '#trace/0'")
+    page.wait_for_function("document.getElementById('step').dataset.step === '0'")
+
+
+def test_click_a_bar_to_step_to_it(browser_page, recorded):
+    page, problems = browser_page
+    ev = events(recorded[0])
+    target = next(e for e in ev if e["name"] == "ring step" and e["args"]["step"] == 3)
+    select(page, "ring")
+    page.click(f'.tl rect[data-ev="{target["id"]}"]')
+    assert page.get_attribute("#step", "data-step") == "3"
+    page.click('.tl button[title^="zoom in"]')  # zoom: the bars grow, the step stays
+    assert page.get_attribute("#step", "data-step") == "3" and problems == []
+    page.click('.tl button[title^="whole"]')
 
 
 def test_no_errors_in_the_sharded_scenes(browser_page):
