@@ -86,6 +86,9 @@ def test_ring_values_are_the_run_and_match_torch(recorded):
     total = sum(torch.tensor([v for c in inputs[r] for v in c]) for r in inputs)
     assert all(r["result"] == total.tolist() and r["torch_equal"] for r in results)
     assert named(recorded, "ring inputs")[0]["args"]["digits"] == 1  # 8 elements: 10^r
+    for e in named(recorded, "ring step"):  # a step ends when its receive has completed
+        recvs = [r["ts"] for r in named(recorded, "recv") if r["pid"] == e["pid"]]
+        assert e["ts"] + e["dur"] == pytest.approx(sorted(recvs)[-6:][e["args"]["step"] - 1])
 
 
 def test_traffic_data_bytes_are_the_lessons_formulas(recorded):

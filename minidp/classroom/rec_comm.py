@@ -18,8 +18,9 @@ each through a tapped group. Every message becomes a ``traffic message`` event: 
 receiver, bytes, the algorithm's step it belongs to, and whether it is minidp's header
 check before the collective (its tag says so) rather than the algorithm's data.
 
-Each scene becomes trace events on the ``classroom`` lane, so the page is built from one
-Chrome trace. Test: ``pytest tests/test_classroom.py``
+A rank's step k lasts from posting its k-th chunk to the completion of its k-th receive
+(the library's own ``recv`` event). Each scene becomes trace events on the ``classroom``
+lane, so the page is built from one Chrome trace. Test: ``pytest tests/test_classroom.py``
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ def ring_events(world, numel: int) -> list[dict]:
     if any(len(sends[r]) != steps for r in range(n)):
         raise RuntimeError("classroom ring: expected one chunk message per rank per step")
     end = max(m.ts for m in log.messages)
+    # a step ends on a rank when its receive of that step has completed (the library's
+    # "recv" events; the header check's receives come before the collective's data)
+    done = {r: sorted(e["ts"] for e in events if e["name"] == "recv" and e["pid"] == r)[-steps:]
+            for r in range(n)}  # fmt: skip
     state = [[v.clone() for v in (x[lo:hi] for lo, hi in chunks)] for x in inputs]
     common = {"lane": LANE, "world": n, "chunks": chunks, "digits": digits_per_rank(n, numel)}
     for r in range(n):
@@ -92,7 +97,7 @@ def ring_events(world, numel: int) -> list[dict]:
             moves.append((src, m.dst, chunk, m.payload, m.ts, m.nbytes))
             state[m.dst][chunk] = new.clone()
         for src, dst, chunk, payload, ts, nbytes in moves:
-            stop = sends[src][k + 1].ts if k + 1 < steps else end
+            stop = done[src][k] if len(done[src]) == steps else end
             args = {"step": k + 1, "phase": phase, "to": dst, "chunk": chunk, "bytes": nbytes,
                     "values": _ints(payload), "holds": [_ints(v) for v in state[src]]}  # fmt: skip
             events.append({"name": "ring step", "ph": "X", "ts": ts, "dur": max(stop - ts, 0.001),
