@@ -56,11 +56,17 @@ const Classroom = (() => {
   const state = { key: null, scene: null, step: 0, timer: null, built: {}, ctx: null };
 
   // Room left for the scene below its caption: the stage's width, and the height down to
-  // the controls (a scene sizes its main panel to fit it).
+  // the controls (a scene sizes its main panel to fit it). Read when asked: after the
+  // scene has written its caption, however many lines that took.
   function room(stage, caption) {
-    const top = caption.getBoundingClientRect().bottom + window.scrollY;
-    const foot = $("controls").getBoundingClientRect().height;
-    return { w: stage.clientWidth, h: Math.max(240, window.innerHeight - foot - top - 14) };
+    return {
+      get w() { return stage.clientWidth; },
+      get h() {
+        const top = caption.getBoundingClientRect().bottom + window.scrollY;
+        const foot = $("controls").getBoundingClientRect().height;
+        return Math.max(240, window.innerHeight - foot - top - 14);
+      },
+    };
   }
 
   function show(k) {

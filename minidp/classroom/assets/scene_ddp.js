@@ -68,7 +68,7 @@
         stage.append(main);
         main.append(Timeline.draw({
           id: "ddp", events: all, width: room.w, rows, colour, step: k, starts,
-          height: room.h - main.offsetHeight - Draw.smallPx() * 6, rowStarts: (i) => own(who[i >> 1]),
+          height: room.h - main.offsetHeight - 8, rowStarts: (i) => own(who[i >> 1]),
           label: (e) => e.name.replace("all-reduce bucket ", "bucket ").replace("wait for buckets", "wait"),
           current: new Set(cur && cur.name !== "ddp buckets" ? [cur.id] : []),
           pick: (e) => { const i = seq.indexOf(e); return i >= 0 ? i + 1 : null; },

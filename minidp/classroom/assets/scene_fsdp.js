@@ -120,7 +120,7 @@
         stage.append(main);
         main.append(Timeline.draw({
           id: "fsdp", events: all, rows, colour, label, width: room.w, step: k, starts: seq.map((e) => e.ts),
-          height: room.h - main.offsetHeight - smallPx() * 6,
+          height: room.h - main.offsetHeight - 8,
           rowStarts: (i) => events.filter((e) => e.pid === who[i >> 1] && (LIB.test(e.name) || OURS.includes(e.name)))
             .slice(0, seq.length).map((e) => e.ts),
           current: new Set(cur ? [cur.id] : []),

@@ -101,7 +101,9 @@
       s.append(Draw.svg("text", { x: x(0), y: h - px * 0.5, "font-size": px }, "built"));
       stages.forEach((st, si) => {  // earlier stages wider: a line under an equal one still shows
         who.forEach((r, ri) => {
-          const pts = pos.map((_, i) => `${x(i)},${y(total(value(st, r, i)))}`).join(" ");
+          // steps, not slopes: a value holds until the next point where it was measured
+          const pts = pos.map((_, i) => `${i ? `${x(i)},${y(total(value(st, r, i - 1)))} ` : ""}` +
+                                        `${x(i)},${y(total(value(st, r, i)))}`).join(" ");
           s.append(Draw.svg("polyline", { points: pts, fill: "none", stroke: COLOUR[st] || "#333",
             "stroke-width": 2.5 + 2 * (stages.length - 1 - si),
             "stroke-dasharray": ri ? `${8 - 2 * ri} 5` : null, "data-stage": st, "data-rank": r }));

@@ -48,10 +48,11 @@
           const args = JSON.stringify(cur.args);
           caption.append(el("span", { "data-event": cur.name, text: `${cur.name} — ${proc(cur.pid)} / ${cur.lane}, at ` +
             `${micros(cur.ts - t0)}${cur.ph === "X" ? `, lasting ${micros(cur.dur)}` : ""}` +
-            (args !== "{}" ? `; args ${args.length > 160 ? args.slice(0, 160) + "…" : args}` : "") }));
+            (args !== "{}" ? `; args ${args.length > 70 ? args.slice(0, 70) + "…" : args}` : ""),
+            title: args }));
         }
         stage.append(Draw.main(Timeline.draw({
-          id: "trace", axis: "wall", events, rows, width: room.w, step: k, starts, height: room.h - Draw.smallPx() * 6,
+          id: "trace", axis: "wall", events, rows, width: room.w, step: k, starts, height: room.h - 8,
           rowOf: (e) => { const i = rowIndex.get(`${e.pid}/${e.tid}`); return i === undefined ? -1 : i; },
           colour, label: (e) => e.name, current: new Set(cur ? [cur.id] : []), pick: (e) => e.id + 1,
           legend: groups.map((g) => [PALETTE[hash(g) % PALETTE.length], g]),

@@ -5,6 +5,7 @@
   const { el } = Classroom;
   const { byName, bytes, micros, maxOf, minOf, textWidth, smallPx } = Draw;
   const COLOUR = { "parameter server": "#e45756", ring: "#4c78a8" };
+  const DATA = { "parameter server": "#8b1a1a", ring: "#163a5f" };  // a message: darker, on its span
 
   Classroom.scene("traffic", (events, ctx) => {
     const msgs = byName(events, "traffic message");
@@ -108,7 +109,8 @@
         stage.append(Timeline.draw({
           id: "traffic", events: [...spans, ...msgs], width: room.w, step: k, starts, model,
           rows: who.map((r) => ({ pid: r, lanes: ["classroom"], label: `rank ${r}` })),
-          colour: (e) => (e.name === "traffic message" ? (e.args.header ? "#999" : "#222") : COLOUR[e.args.algorithm]),
+          colour: (e) => (e.name !== "traffic message" ? COLOUR[e.args.algorithm] : e.args.header ? "#999" :
+            DATA[e.args.algorithm]),
           label: (e) => (e.name.startsWith("all-reduce") ? e.args.algorithm : ""),
           current: new Set(now.map((e) => e.id)),
           rowStarts: (i) => order.map((o) => { const m = o.msgs.filter((e) => e.pid === who[i]);
@@ -116,7 +118,8 @@
           pick: (e) => (e.name === "traffic message" && !e.args.header ?
             order.findIndex((o) => o.a === e.args.algorithm && o.s === e.args.step) + 1 : null),
           legend: [[COLOUR["parameter server"], "parameter server all-reduce"], [COLOUR.ring, "ring all-reduce"],
-                   ["#222", "a data message", true], ["#999", "a header message (the check)", true],
+                   [DATA["parameter server"], "a server message", true], [DATA.ring, "a ring message", true],
+                   ["#999", "a header message (the check)", true],
                    ...(model ? [["#e8e8e8", "model of the step (root's link: W−1 messages in a row)"]] : [])],
         }));
         stage.append(el("p", { class: "formula", text: `Model: server ${Model.FORMULA.server}, ring ` +

@@ -7,7 +7,7 @@
 // draw({id, events, rows: [{label, pid, lanes} | {label, match}], colour(e), label(e),
 //       current: Set(ids), starts: [time step k begins], step, legend, pick(e) -> step,
 //       (label(e): a text, or several from long to short: the first that fits is drawn)
-//       model: {label, bars: [{step, us, text}]}, width, height (most px for the rows), note,
+//       model: {label, bars: [{step, us, text}]}, width, height (most px for it all), note,
 //       rowStarts(i): row i's own step start times (logical axis: its step k in column k)})
 // -> element
 const Timeline = (() => {
@@ -52,8 +52,14 @@ const Timeline = (() => {
     let [v0, v1] = views[vkey] || [ax.lo, ax.hi];
     const current = o.current || new Set();
     const nRows = rows.length + (o.model ? 1 : 0);
-    const fit = o.height ? Math.floor((o.height - px * 2) / nRows) : Infinity;  // rows shrink to fit
-    const rowH = Math.max(Math.round(px * 1.4), Math.min(Math.round(px * 1.8), fit));
+    const legend = [...(o.legend || []), ["outline", "outlined: this step's events"],
+                    ["#333", "dashed: where this step starts", true]];
+    // o.height holds the whole box: the bar of buttons, the rows, the axis, the note and
+    // the legend (its lines estimated from its text), so the rows shrink to what is left
+    const lines = (texts, extra) => Math.ceil(texts.reduce((s, t) => s + textWidth(t, px) + extra, 0) / (o.width - 20));
+    const around = px * 1.35 * (2 + lines(legend.map((l) => l[1]), px * 2.4) + (o.note ? lines([o.note], 0) : 0));
+    const fit = o.height ? Math.floor((o.height - around - px * 2) / nRows) : Infinity;
+    const rowH = Math.max(Math.round(px * 1.3), Math.min(Math.round(px * 1.8), fit));
     const labels = [...rows.map((r) => r.label), o.model ? o.model.label : ""];
     const left = Math.ceil(maxOf(labels, (t) => textWidth(t, px)) + 16);
     const W = Math.max(360, Math.floor(o.width) - 2), plotW = W - left - 12;  // - 2: the border
@@ -205,8 +211,7 @@ const Timeline = (() => {
       el("span", { text: ax.title + (o.pick ? "; click a bar to step to it" : "") }));
     const box = el("div", { class: "tl", "data-timeline": o.id, "data-axis": mode }, head, root);
     if (o.note) box.append(el("p", { class: "note", text: o.note }));
-    box.append(Draw.legend([...(o.legend || []),
-      ["outline", "outlined: this step's events"], ["#333", "dashed: where this step starts", true]]));
+    box.append(Draw.legend(legend));
     return box;
   }
 
