@@ -2,9 +2,11 @@
 
     python -m minidp classroom --no-serve --out /tmp/cls --screenshots diagrams
 
-Each scene is opened at a step worth showing (``#scene/step`` in the address) and saved
-as ``classroom_<scene>.png``. The browser is Debian's Chromium (``apt-get install -y
-chromium``) driven by playwright from pip; the page needs no network, so none is allowed.
+Each scene is opened at a step worth showing (``#scene/step`` in the address), in
+projector mode (what a hall sees) at 1920x1080, a moment after the step is shown so this
+step's messages are caught travelling, and saved as ``classroom_<scene>.png``. The browser
+is Debian's Chromium (``apt-get install -y chromium``) driven by playwright from pip; the
+page needs no network, so none is allowed.
 
 Test: ``pytest tests/test_classroom_browser.py``
 """
@@ -15,10 +17,12 @@ import shutil
 from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
+SIZE = {"width": 1920, "height": 1080}
 # (scene, which step: a fraction of the way through, chosen to show the idea mid-flight)
 # (hsdp: the all-reduce of unit 2, the shard crossing nodes)
-SHOTS = {"ring": 0.4, "traffic": 1.0, "dp": 0.5, "ddp": 0.55, "memory": 1.0, "fsdp": 0.35,
-         "hsdp": 0.87}  # fmt: skip
+SHOTS = {"ring": 0.34, "traffic": 0.75, "dp": 0.5, "ddp": 0.55, "memory": 1.0, "fsdp": 0.35,
+         "hsdp": 0.87, "whatif": 0.0, "trace": 0.5}  # fmt: skip
+MOVING_MS = 450  # into the step's animation: dots on their way
 
 
 def browser_path() -> str | None:
@@ -41,7 +45,7 @@ def offline(page) -> None:
     )
 
 
-def screenshots(page_path: str | Path, out: str | Path) -> list[Path]:
+def screenshots(page_path: str | Path, out: str | Path, size: dict = SIZE) -> list[Path]:
     """Save one PNG per scene present in the page; returns their paths."""
     from playwright.sync_api import sync_playwright
 
@@ -51,9 +55,10 @@ def screenshots(page_path: str | Path, out: str | Path) -> list[Path]:
     paths = []
     with sync_playwright() as p:
         browser = launch(p)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page = browser.new_page(viewport=size)
         offline(page)
         page.goto(url)
+        page.keyboard.press("p")  # projector mode
         for scene, where in SHOTS.items():
             button = page.locator(f'nav [data-scene="{scene}"]')
             if button.count() == 0 or "absent" in (button.get_attribute("class") or ""):
@@ -61,9 +66,9 @@ def screenshots(page_path: str | Path, out: str | Path) -> list[Path]:
             button.click()
             last = int(page.locator("#scrub").get_attribute("max"))
             page.evaluate(f"location.hash = '#{scene}/{round(last * where)}'")
-            page.reload()
+            page.wait_for_timeout(MOVING_MS)
             path = out / f"classroom_{scene}.png"
-            page.screenshot(path=str(path), full_page=True)
+            page.screenshot(path=str(path))
             paths.append(path)
         browser.close()
     return paths
