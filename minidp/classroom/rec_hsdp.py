@@ -16,7 +16,7 @@ The same MLP as the FSDP scene: each hidden ``Linear`` is an HSDP unit
 * the mesh handed to ``fully_shard`` holds the *same* groups, each wrapped so that every
   message it sends is noted (``hsdp send``: which group, the global rank it goes to, its
   bytes, headers included) — the lesson 37 trick, with ``trace`` events instead of a log;
-* each unit's own ``gather``/``reduce`` are wrapped (this instance only, as ``rec_shard``
+* each unit's own ``gather``/``reduce`` are wrapped (this instance only, as ``rec_fsdp``
   does) to say which collective those messages belong to: a unit's ``reduce`` is the
   reduce-scatter in the row *and then* the all-reduce down the column (``unit.reduce``),
   told apart by the group its messages use.
