@@ -105,8 +105,8 @@ SCENES = {
         "short": "Trace",
         "lesson": "",
         "ranks": "any",
-        "text": "Every event of the trace, one row per process and thread, as recorded. Scroll "
-        "to zoom, drag to pan, click a bar to step to it. Opens any Chrome trace: minidp's "
+        "text": "Every event of the trace, one row per process and thread, as recorded. Ctrl+wheel "
+        "or +/− to zoom, drag to pan, click a bar to step to it. Opens any Chrome trace: minidp's "
         "tracer, torch.profiler, others.",
     },
 }
