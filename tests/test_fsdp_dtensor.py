@@ -155,3 +155,19 @@ def test_zero2_freed_grads_take_fsdp2s_calls(process_world):
         assert theirs[0] == "ok" and ours[0] == "error", (theirs, ours)
         assert "mixed torch.Tensor and DTensor" in ours[1], ours
         assert r["after step"] and all(d == 0.0 for _, d in r["after step"]), r["after step"]
+
+
+def _wrap_in_a_thread_world(rank: int, world: int) -> bool:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    import minidp
+
+    minidp.fully_shard(model)
+    return isinstance(next(model.parameters()), torch.Tensor)
+
+
+def test_a_thread_world_says_its_shards_are_plain_tensors():
+    """Thread worlds cannot hold a torch mesh: the shards stay plain, and torch's DTensor
+    APIs (clip_grad_norm_'s global norm above all) would silently see one rank's rows, so
+    wrapping there says so (before: nothing was said)."""
+    with pytest.warns(UserWarning, match=r"clip_grad_norm_ returns this rank's norm"):
+        assert run_threads(_wrap_in_a_thread_world, 2) == [True, True]

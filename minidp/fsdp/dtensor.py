@@ -32,6 +32,7 @@ Test: ``pytest tests/test_fsdp_dtensor.py``
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -54,6 +55,20 @@ __all__ = [
 ]
 
 _BACKEND_DEVICE = {"gloo": "cpu", "nccl": "cuda"}
+
+
+class PlainShardsWarning(UserWarning):
+    """Shards made on a thread world's groups: plain tensors, no DTensor (see PLAIN_SHARDS).
+    Code that only measures bytes there (the planner's stages) may filter it by this class."""
+
+
+PLAIN_SHARDS = (
+    "sharding on groups torch.distributed does not know (a thread world from "
+    "minidp.launch.run_threads): the shards are plain tensors, so torch's DTensor APIs see "
+    "only this rank's rows — clip_grad_norm_ returns this rank's norm, not the global one; "
+    "full_tensor() and DCP state dicts are not there; ZeRO-2's freed gradients are None. "
+    "Run the ranks as processes (minidp.launch.spawn, torchrun) where those are used"
+)
 
 
 def local(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -82,7 +97,9 @@ def torch_mesh(mesh, group, replicate, params: list[torch.Tensor]) -> DeviceMesh
         return mesh
     groups = (group,) if replicate is None else (replicate, group)
     if not dist.is_initialized() or not all(isinstance(g, dist.ProcessGroup) for g in groups):
-        return None  # a thread world's group (or a stand-in): plain shards
+        if group.size() > 1:  # a thread world's group (or a stand-in): plain shards
+            warnings.warn(PLAIN_SHARDS, PlainShardsWarning, stacklevel=3)
+        return None
     grid = None if replicate is None else tuple(map(tuple, mesh.mesh.tolist()))
     return _from_groups(groups, device_type(params, group), grid)
 

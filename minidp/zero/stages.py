@@ -16,14 +16,21 @@ Test: ``pytest tests/test_memory.py``
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable
 
 import torch
 
 from minidp.comm import count_traffic
+from minidp.fsdp.dtensor import PlainShardsWarning
 from minidp.zero.memory import Usage, measure
 
 STAGE_ORDER = ("ddp", "zero1", "zero2", "fsdp")
+
+
+# Thread worlds shard into plain tensors (no torch mesh): fine for counting bytes, which is
+# all this file does with them, so the warning meant for training loops is not shown here.
+warnings.filterwarnings("ignore", category=PlainShardsWarning, module=r"minidp\.zero\.stages")
 
 
 def build(stage: str, model: torch.nn.Module, optimizer_class: type, **options):
