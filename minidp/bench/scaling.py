@@ -79,17 +79,11 @@ def _build(name: str, width: int, world: int):
 def _sent(name: str, net, step, width: int, x, y) -> int:
     """Bytes this rank sends in one step, counted (minidp rows; one extra step)."""
     stage = ROWS[name][1]
-    if stage == "fsdp":
-        from minidp.fsdp import traffic
-
-        before = traffic(net).sent_bytes
-        step()
-        return traffic(net).sent_bytes - before
-    if stage == "zero2":  # its collectives run on the calling thread
+    if stage in ("fsdp", "zero2"):  # counted as sent, comm thread included
         with count_traffic() as t:
             step()
         return t.sent_bytes
-    # DDP's buckets go out on its comm thread, which count_traffic does not see
+    # DDP and ZeRO-1: the flat ring all-reduce's bytes (DDP's buckets less their headers)
     loss = nn.functional.cross_entropy
     return stages.step_traffic(stage, make_model(width), x, y, loss, torch.optim.AdamW, lr=LR)
 

@@ -5,7 +5,7 @@
     python -m minidp bench zero --breakdown       # also forward / backward / step apart
     python -m minidp bench zero --quick           # seconds, tiny model: a smoke run
 
-Pairs, torch's first (A) and minidp's second (B); each step on every rank is forward +
+Pairs, A against B (torch's first where torch is in the pair); each step on every rank is forward +
 cross-entropy + backward + AdamW step on the MLP of ``bench ddp`` at width 1440 (16.6 M
 parameters, 66 MB of fp32 gradients: communication matters), ``--batch`` samples per rank,
 gloo on loopback:
@@ -16,6 +16,10 @@ gloo on loopback:
 * **ZeRO-2** (target <= 1.10x): torch FSDP2 ``fully_shard(reshard_after_forward=False)``
   on each Linear and the root (torch's ZeRO-2-like mode; torch >= 2.8, where gloo has
   reduce-scatter) vs ``minidp.zero.Zero2Optimizer``;
+* **ZeRO-2 vs DDP** (target <= 1.10x): ``minidp.DistributedDataParallel`` + AdamW vs
+  ``Zero2Optimizer``, both minidp's, both overlapping their gradient collective with
+  backward on the same engine (``comm/launch_queue.py``); the same bytes, but ZeRO-2's
+  all-gather after the optimizer step is not overlapped with anything;
 * **HSDP** (target <= 1.10x; ``--world-size`` 4 or more, even): ``fully_shard(mesh=<(W/2,
   2) mesh>)`` on each Linear and the root, torch's vs ``minidp.fully_shard``'s.
 
@@ -54,9 +58,10 @@ from minidp.zero.stages import step_traffic
 
 LR = 1e-3
 WIDTH = 1440  # make_model(w) has 8w² + 15w + 10 parameters: 16.6 M at 1440
-PAIRS = (  # (label, torch row, minidp row, target for minidp / torch)
+PAIRS = (  # (label, row A, row B, target for B / A)
     ("ZeRO-1 + DDP", "torch zero1", "minidp zero1", 1.05),
     ("ZeRO-2", "torch fsdp2 no reshard", "minidp zero2", 1.10),
+    ("ZeRO-2 vs DDP", "minidp ddp", "minidp zero2", 1.10),
     ("HSDP", "torch hsdp", "minidp hsdp", 1.10),
 )
 
@@ -107,6 +112,9 @@ def build(name: str, width: int, world: int) -> tuple[nn.Module, torch.optim.Opt
     if name == "minidp zero1":
         net = minidp.DistributedDataParallel(make_model(width))
         return net, minidp.ZeroRedundancyOptimizer(net.parameters(), adamw, lr=LR)
+    if name == "minidp ddp":  # the same bytes in one all-reduce, overlapped with backward
+        net = minidp.DistributedDataParallel(make_model(width))
+        return net, adamw(net.parameters(), lr=LR)
     if name == "minidp zero2":
         net = make_model(width)
         return net, Zero2Optimizer(net.parameters(), adamw, lr=LR)
@@ -121,7 +129,7 @@ def build(name: str, width: int, world: int) -> tuple[nn.Module, torch.optim.Opt
 
 def _skip(label: str, world: int, fsdp2: bool) -> str | None:
     """Why a pair does not run here, or None."""
-    if label != "ZeRO-1 + DDP" and not fsdp2:
+    if label not in ("ZeRO-1 + DDP", "ZeRO-2 vs DDP") and not fsdp2:
         return no_fsdp2()
     if label == "HSDP" and (world < 4 or world % 2):
         return f"needs an even --world-size >= 4 (pairs of ranks), got {world}"
@@ -160,21 +168,21 @@ def _rank_main(rank: int, world: int, args) -> dict:
 def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
     pairs = results[0]["pairs"]  # every rank holds the same (shared) numbers
     print(
-        f"\n{'pair':<13} {'torch ms':>9} {'minidp ms':>10} {'ratio':>7} {'95% interval':>14} "
-        f"{'blocks':>6}  {'vs 1.0':<13} target"
+        f"\n{'pair':<14} {'A ms':>9} {'B ms':>10} {'B/A':>7} {'95% interval':>14} "
+        f"{'blocks':>6}  {'vs 1.0':<13} target  (A, B)"
     )
-    print("-" * 88)
+    print("-" * 106)
     for label, _a, _b, target in PAIRS:
         why = _skip(label, world, fsdp2)
         if why:
-            print(f"{label:<13} skipped: {why}")
+            print(f"{label:<14} skipped: {why}")
             continue
         s = pairs[label]
         ratio, low, high = s.interval
         print(
-            f"{label:<13} {s.median_a * 1e3:>9.1f} {s.median_b * 1e3:>10.1f} {ratio:>6.3f}x "
+            f"{label:<14} {s.median_a * 1e3:>9.1f} {s.median_b * 1e3:>10.1f} {ratio:>6.3f}x "
             f"{low:>6.3f}-{high:.3f}x {len(s.blocks):>6}  {s.verdict:<13} "
-            f"<= {target:.2f}x: {s.target_verdict}"
+            f"<= {target:.2f}x: {s.target_verdict}  ({_a}, {_b})"
         )
     print()
     for label in pairs:

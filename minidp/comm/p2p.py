@@ -46,7 +46,7 @@ _local = threading.local()  # per-thread: name of the collective running now, ch
 # above every channel's data range: 32 channels never share a tag (gloo: tags < 2**31).
 CHANNEL_SPAN = 1 << 25
 MAX_CHANNELS = 32
-DDP_CHANNEL = 1  # DDP's bucket all-reduces and comm hooks (minidp.ddp.comm_thread)
+DDP_CHANNEL = 1  # the communication thread's collectives (minidp.comm.comm_thread)
 
 
 @contextlib.contextmanager

@@ -9,11 +9,10 @@ lesson or a benchmark measure that instead of asserting it::
         minidp.comm.ring_all_reduce(x)
     print(t.sent_bytes, t.recv_bytes, t.sent_msgs, t.recv_msgs)
 
-Counters are per thread, so in a thread world each rank-thread counts its own traffic.
-The other side of that: what a rank's *communication thread* sends (DDP's bucket
-all-reduces, FSDP's gathers and reduce-scatters) is not seen by a counter opened on the
-rank's own thread. FSDP keeps its own running total (``minidp.fsdp.traffic``), and
-``minidp.zero.stages.step_traffic`` uses it.
+Counters are per thread, so in a thread world each rank-thread counts its own traffic. A
+rank's *communication thread* (DDP's bucket all-reduces, ZeRO-2's and FSDP's
+reduce-scatters) counts into the counters that were open on the thread that submitted the
+work (``comm_thread.py``), so a counter around a training step sees its whole traffic.
 Counting is a few integer additions per message; nothing is recorded when no counter is
 open.
 
@@ -28,6 +27,7 @@ import threading
 from collections.abc import Iterator
 
 _local = threading.local()  # per-thread stack of open counters (rank-local)
+_lock = threading.Lock()  # a counter may be fed by a rank's thread and its comm thread
 
 
 @dataclasses.dataclass
@@ -52,12 +52,32 @@ def count_traffic() -> Iterator[Traffic]:
         stack.remove(counter)
 
 
+def open_counters() -> list[Traffic]:
+    """The counters open on this thread now (to be carried onto another thread)."""
+    return list(getattr(_local, "stack", ()))
+
+
+@contextlib.contextmanager
+def counting(counters: list[Traffic]) -> Iterator[None]:
+    """Count this thread's messages into ``counters`` too while the block runs."""
+    stack = _local.__dict__.setdefault("stack", [])
+    stack.extend(counters)
+    try:
+        yield
+    finally:
+        del stack[len(stack) - len(counters) :]
+
+
 def add(kind: str, nbytes: int) -> None:
     """Record one message of ``nbytes`` (``kind`` is "send" or "recv") on open counters."""
-    for counter in getattr(_local, "stack", ()):
-        if kind == "send":
-            counter.sent_bytes += nbytes
-            counter.sent_msgs += 1
-        else:
-            counter.recv_bytes += nbytes
-            counter.recv_msgs += 1
+    stack = getattr(_local, "stack", None)
+    if not stack:
+        return
+    with _lock:
+        for counter in stack:
+            if kind == "send":
+                counter.sent_bytes += nbytes
+                counter.sent_msgs += 1
+            else:
+                counter.recv_bytes += nbytes
+                counter.recv_msgs += 1

@@ -182,7 +182,6 @@ class Bucket:
         offsets: start of each parameter's slot in ``buffer``, in elements.
         buffer: ``(numel,)`` rank-local flat gradient buffer; all-reduced in place.
         views: per parameter, a view of ``buffer`` shaped like the parameter.
-        pending: gradients still missing this iteration (0 = ready to launch).
     """
 
     def __init__(self, index: int, indices: list[int], params: list[torch.Tensor]) -> None:
@@ -197,7 +196,6 @@ class Bucket:
         p0 = params[0]
         self.buffer = torch.empty(total, dtype=p0.dtype, device=p0.device)  # (numel,) rank-local
         self.views = _views(self.buffer, params, self.offsets)
-        self.pending = len(params)
 
     @property
     def nbytes(self) -> int:

@@ -33,9 +33,10 @@ import torch
 
 from minidp import trace
 from minidp.comm import all_reduce
+from minidp.comm.comm_thread import CommThread
+from minidp.comm.launch_queue import LaunchQueue
 from minidp.ddp import buckets as bk
 from minidp.ddp.checks import unfinished_reduction_message
-from minidp.ddp.comm_thread import CommThread
 from minidp.ddp.hooks import GradBucket
 from minidp.ddp.unused import unused_parameters
 
@@ -57,6 +58,8 @@ class Reducer:
         self.comm_hook = None
         self.comm_state = None
         self.comm = CommThread(group)
+        # buckets go strictly in index order (see launch_queue.py), each as an all-reduce
+        self.queue = LaunchQueue(self.comm, self._launch, in_order=True)
         # First layout: buckets are made in parameter order, then REVERSED, because
         # backward produces the last layers' gradients first.
         first, _ = bk.compute_bucket_assignment_by_size(params, caps.initial_limits(find_unused))
@@ -71,8 +74,6 @@ class Reducer:
         self.unused: list[int] = []
         self.marked_unused = True
         self.local_used = torch.zeros(len(params), dtype=torch.int32)  # (n_params,) rank-local
-        self.next_bucket = 0
-        self.futures: list = []
         self.used_future = None
         self._handles: list = []
 
@@ -126,11 +127,8 @@ class Reducer:
         """Arm the hooks for the coming backward (a synchronized forward just ran)."""
         self.expect_hooks = True
         self.ready.clear()
-        self.next_bucket = 0
-        self.futures = [None] * len(self.buckets)
         self.used_future = None
-        for bucket in self.buckets:
-            bucket.pending = len(bucket.params)
+        self.queue.start([len(b.params) for b in self.buckets], hold=not self.overlap)
         if trace.active:  # the layout this backward fills: a trace shows which grads go where
             layout = [
                 {"bucket": b.index, "bytes": b.nbytes, "params": [self.names[i] for i in b.indices]}
@@ -186,12 +184,12 @@ class Reducer:
         self.ready.add(index)
         self.require_finalize = True
         b, pos = self.locator[index]
-        bucket = self.buckets[b]
-        self._copy_in(bucket, pos)
-        bucket.pending -= 1
-        if bucket.pending == 0:
-            self._launch_ready_buckets()
-        if self.next_bucket == len(self.buckets):
+        self._copy_in(self.buckets[b], pos)
+        self.queue.ready(b)
+        if self.queue.all_launched:
+            if self.find_unused:  # which parameters did *any* rank use? (globally unused
+                # ones keep .grad as it is)
+                self.used_future = self.comm.submit(self._reduce_used, self.local_used.clone())
             self._finalize()
 
     def _copy_in(self, bucket: bk.Bucket, pos: int) -> None:
@@ -212,20 +210,12 @@ class Reducer:
                 # None): nothing to copy, so torch divides in place — x/n, not x*(1/n).
                 view.div_(self.div_factor)
 
-    def _launch_ready_buckets(self) -> None:
-        if not self.overlap and any(b.pending for b in self.buckets):
-            return  # overlap=False: nothing leaves before the whole backward is done
-        while self.next_bucket < len(self.buckets) and self.buckets[self.next_bucket].pending == 0:
-            bucket = self.buckets[self.next_bucket]
-            if trace.active:
-                trace.instant(
-                    "bucket launch", lane="comm", bucket=bucket.index, bytes=bucket.nbytes
-                )
-            self.futures[bucket.index] = self.comm.submit(self._reduce, bucket)
-            self.next_bucket += 1
-        if self.next_bucket == len(self.buckets) and self.find_unused:
-            # Which parameters did *any* rank use? Globally unused ones keep .grad as is.
-            self.used_future = self.comm.submit(self._reduce_used, self.local_used.clone())
+    def _launch(self, b: int):
+        """Bucket ``b`` goes (in index order, see ``LaunchQueue``): its all-reduce."""
+        bucket = self.buckets[b]
+        if trace.active:
+            trace.instant("bucket launch", lane="comm", bucket=b, bytes=bucket.nbytes)
+        return lambda: self._reduce(bucket)
 
     # ---- the communication thread ---------------------------------------------------
 
@@ -263,7 +253,7 @@ class Reducer:
         self.require_finalize = False
         self.div_factor = self.world_size
         with trace.span("wait for buckets", lane="backward"):
-            results = [f.result() for f in self.futures]  # re-raises comm-thread errors
+            results = self.queue.wait()  # re-raises comm-thread errors
             used = self.used_future.result() if self.used_future is not None else None
         with torch.no_grad():
             for bucket, result in zip(self.buckets, results):

@@ -10,11 +10,12 @@ uses that order to prefetch:
 * backward: when unit i's backward starts (a gradient reaches its output), the all-gather
   of the unit before it is submitted — backward visits units in reverse.
 
-Backward bookkeeping: each full parameter's post-accumulate-grad hook counts down its
-unit's ``pending``; at 0 the unit's reduce-scatter is submitted and the unit is freed
-(gradients travel while autograd computes earlier layers). When the last gradient of the
-model has arrived, the root waits for every reduce-scatter and adds the results into the
-shards' ``.grad`` — before ``loss.backward()`` returns, as in FSDP2.
+Backward bookkeeping is the engine DDP and ZeRO-2 use too (``comm/launch_queue.py``): each
+full parameter's post-accumulate-grad hook counts its unit down; a complete unit is freed
+and its reduce-scatter launched (gradients travel while autograd computes earlier layers),
+units in the order they complete. When the last unit has gone, the root waits for every
+reduce-scatter and adds the results into the shards' ``.grad`` — before
+``loss.backward()`` returns, as in FSDP2.
 
 Test: ``pytest tests/test_fsdp.py``
 """
@@ -28,7 +29,8 @@ import torch
 
 from minidp import trace
 from minidp.comm import Traffic, count_traffic
-from minidp.ddp.comm_thread import CommThread
+from minidp.comm.comm_thread import CommThread
+from minidp.comm.launch_queue import LaunchQueue
 from minidp.fsdp.unit import unit_of
 
 
@@ -64,8 +66,9 @@ class Root:
         self.last_order: list = []  # the previous step's order (for forward prefetch)
         self.post_order: list = []  # units in the order their forward ended (root last)
         self.gathers: dict[int, Future] = {}  # id(unit) -> all-gather in flight
-        self.reduces: list[tuple] = []  # (unit, future) in submission order
-        self.pending = 0  # gradients still to arrive in this backward, whole model
+        # a unit's reduce-scatter goes as soon as its gradients are in (launch_queue.py)
+        self.queue = LaunchQueue(self.comm, self._launch, in_order=False)
+        self.index = {id(u): i for i, u in enumerate(units)}  # unit -> its group in the queue
         self.backward_started = False
         self.in_backward: set[int] = set()  # id(unit) of units this backward has reached
         self.started: dict[tuple[str, int], float] = {}  # (phase, id(unit)) -> trace time
@@ -190,15 +193,15 @@ class Root:
         if unit is not self.unit and unit.reshard_after_forward:
             unit.reshard_after_forward_now()  # free (an int k: keep a chunk over k ranks)
         if unit is self.unit:
-            self.pending = sum(sum(u.requires_grad) for u in self.units)
+            self._arm()
 
     def _start_step(self) -> None:
-        if self.backward_started and self.pending:
+        if self.backward_started and not self.queue.all_launched:
             missing = [
                 f"{u.label}.{n}"
-                for u in self.units
+                for u, left in zip(self.units, self.queue.pending)
                 for n, rg, p in zip(u.names, u.requires_grad, u.full)
-                if rg and u.pending and p.grad is None
+                if rg and left and p.grad is None
             ]
             raise RuntimeError(
                 f"fully_shard: the last backward finished without gradients for {missing} — "
@@ -213,7 +216,6 @@ class Root:
             u.adopt()  # load_state_dict(assign=True), p.data = ...: the module may hold new ones
             if u.follow_requires_grad() and u.is_unsharded:
                 self._count_grads(u)  # a gathered unit (the root) is not unsharded again
-            u.pending = sum(u.requires_grad)
             # kept gathered by the last backward (whatever the flag says now): used as is
             if u.is_unsharded and u is not self.unit and not u.kept_gathered:
                 u.free()
@@ -229,11 +231,9 @@ class Root:
 
     def pre_backward(self, unit) -> None:
         """A gradient reached ``unit``'s output (once per output tensor, so this repeats)."""
-        if not self.backward_started and self.pending == 0:
+        if not self.backward_started and self.queue.all_launched:
             # a backward after the last one finished: backward(retain_graph=True) again
-            self.pending = sum(sum(u.requires_grad) for u in self.units)
-            for u in self.units:
-                u.pending = sum(u.requires_grad)
+            self._arm()
         self.backward_started = True
         self.unshard(unit)
         if id(unit) not in self.in_backward:  # the first gradient at this unit's output
@@ -249,28 +249,31 @@ class Root:
         if i > 0:
             self.prefetch(self.post_order[i - 1])
 
+    def _arm(self) -> None:
+        """Every unit waits for the gradients of its parameters that require grad."""
+        self.queue.start([sum(u.requires_grad) for u in self.units])
+
     def grad_ready(self, unit) -> None:
         self.backward_started = True
-        unit.pending -= 1
-        self.pending -= 1
-        if unit.pending == 0 and not unit.reduce_grads:  # set_requires_gradient_sync(False)
-            self._span("backward", unit)
-            unit.keep_grads()
-            if unit is not self.unit and all(unit.requires_grad) and unit.reshard_after_backward:
-                unit.free()
-        elif unit.pending == 0:
-            self._span("backward", unit)
-            grads = unit.take_grads()
-            future = self.comm.submit(self._reduce, unit, grads)
-            self.reduces.append((unit, future))
-            # A frozen parameter has no gradient to wait for, but autograd may still read it
-            # (a frozen LayerNorm's weight, for the input's gradient) after the last trainable
-            # one arrived: such a unit stays gathered until the whole backward is done.
-            # (FSDP2 knows exactly when a unit's backward ends, from a hook on its inputs.)
-            if unit is not self.unit and all(unit.requires_grad) and unit.reshard_after_backward:
-                unit.free()
-        if self.pending == 0:
+        self.queue.ready(self.index[id(unit)])
+        if self.queue.all_launched:
             self._finish_backward()
+
+    def _launch(self, i: int):
+        """Unit ``i``'s gradients are in: free what can go, and reduce-scatter (unless
+        ``set_requires_gradient_sync(False)`` keeps them); what the thread runs, or None."""
+        unit = self.units[i]
+        if not any(unit.requires_grad):
+            return None  # all frozen: nothing to reduce
+        self._span("backward", unit)
+        grads = unit.take_grads() if unit.reduce_grads else unit.keep_grads()
+        # A frozen parameter has no gradient to wait for, but autograd may still read it
+        # (a frozen LayerNorm's weight, for the input's gradient) after the last trainable
+        # one arrived: such a unit stays gathered until the whole backward is done.
+        # (FSDP2 knows exactly when a unit's backward ends, from a hook on its inputs.)
+        if unit is not self.unit and all(unit.requires_grad) and unit.reshard_after_backward:
+            unit.free()
+        return (lambda: self._reduce(unit, grads)) if unit.reduce_grads else None
 
     def _reduce(self, unit, grads):
         with trace.span(f"reduce-scatter {unit.label}", lane="comm"):
@@ -278,9 +281,9 @@ class Root:
 
     def _finish_backward(self) -> None:
         with trace.span("wait reduce-scatters", lane="compute"):
-            for unit, future in self.reduces:
-                unit.accumulate(future.result())
-        self.reduces = []
+            for unit, reduced in zip(self.units, self.queue.wait()):
+                if reduced is not None:
+                    unit.accumulate(reduced)
         for u in self.units:  # set_reshard_after_backward(False): kept for the next forward
             u.kept_gathered = u.is_unsharded and not u.reshard_after_backward
             if u.is_unsharded and u.reshard_after_backward:

@@ -17,7 +17,7 @@ State of a unit's parameters, all rank-local:
   storage, so a unit freed after forward and gathered again before backward hands its
   saved tensors the right data again — how FSDP2 frees memory, with public APIs.
 
-The two collectives run on the root's communication thread (``minidp.ddp.comm_thread``),
+The two collectives run on the root's communication thread (``minidp.comm.comm_thread``),
 one after another in the order they were submitted, so every rank runs the same sequence:
 ``gather`` (all-gather of the flat ``(T,)`` shards into ``(world, T)``) and ``reduce``
 (reduce-scatter of the ``(world, T)`` padded gradients into this rank's ``(T,)``, in the
@@ -95,7 +95,6 @@ class FSDPUnit:
         # parameter's (FSDP2 <= 2.14's "accumulated grad"), else None
         self.kept: list[torch.Tensor | None] = [None] * len(params)
         self.root = None  # the Root coordinating this unit's model, set at the first forward
-        self.pending = 0  # gradients still to arrive in this backward
         self.hooks: list = []  # post-accumulate-grad hooks on the full parameters
         self.label = type(module).__name__  # the root renames it by position, for traces
         self.install(self.sharded)

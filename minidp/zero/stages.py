@@ -79,12 +79,11 @@ def step_and_measure(stage: str, model, x, y, loss_fn, optimizer_class, **option
 def step_traffic(stage: str, model, x, y, loss_fn, optimizer_class, **options) -> int:
     """Bytes this rank sends in one step (after a first step that builds optimizer state).
 
-    ``count_traffic`` counts the calling thread, and DDP's and FSDP's collectives run on
-    their comm threads, where it sees nothing. So for DDP and ZeRO-1 the gradients are
-    averaged here by ``allreduce_gradients`` (one flat all-reduce after backward: DDP's
-    bytes, without the per-bucket headers) round the ring: the traffic the ZeRO paper
-    counts ("auto" would send a tensor under 256 KiB whole, in one exchange). FSDP counts
-    its own collectives, on its comm thread (``minidp.fsdp.traffic``): read before and after.
+    ``count_traffic`` counts what the step sends, its communication thread included. For
+    DDP and ZeRO-1 the gradients are averaged here by ``allreduce_gradients`` (one flat
+    all-reduce after backward: DDP's bytes, without the per-bucket headers) round the ring:
+    the traffic the ZeRO paper counts (DDP's "auto" would send a bucket under 256 KiB whole,
+    in one exchange).
     """
     average = None
     if stage in ("ddp", "zero1"):
@@ -103,12 +102,6 @@ def step_traffic(stage: str, model, x, y, loss_fn, optimizer_class, **options) -
     else:
         wrapped, opt = build(stage, model, optimizer_class, **options)
     train_step(wrapped, opt, x, y, loss_fn, average)
-    if stage == "fsdp":  # its collectives run on its comm thread: its own running total
-        from minidp.fsdp import traffic
-
-        before = traffic(wrapped).sent_bytes
-        train_step(wrapped, opt, x, y, loss_fn)
-        return traffic(wrapped).sent_bytes - before
     with count_traffic() as t:
         train_step(wrapped, opt, x, y, loss_fn, average)
     return t.sent_bytes

@@ -16,9 +16,12 @@ DDP), but only ``Ψ/W`` of the gradients and ``1/W`` of the optimizer state.
 * Backward: a post-accumulate-grad hook copies each gradient, divided by ``W`` (DDP's
   pre-division), into its bucket's send buffer, laid out rank by rank, each rank's piece
   padded to ``ceil(rows/W)`` rows; the full ``.grad`` is freed at once. When a bucket is
-  complete (and all earlier ones have gone), one ``reduce_scatter`` leaves this rank's
-  summed rows in the bucket's shard buffer, and the send buffer is freed. Buckets are
-  DDP's (``compute_bucket_assignment_by_size`` over the parameters in reverse).
+  complete (and all earlier ones have gone), its ``reduce_scatter`` is launched on the
+  communication thread — DDP's engine, ``comm/launch_queue.py`` — so it travels while
+  autograd computes the earlier layers; when the last bucket has gone, backward waits for
+  them all, this rank's summed rows land in each bucket's shard buffer, and the send
+  buffers are freed. Buckets are DDP's (``compute_bucket_assignment_by_size`` over the
+  parameters in reverse).
 * Step: the local optimizer holds one leaf per parameter that is a *view* of this rank's
   rows of the real parameter, with its ``.grad`` a view into the shard buffer — so the
   update lands in place, with no master copy in fp32 training. Then one ``all_gather`` per
@@ -68,6 +71,8 @@ import torch
 from minidp.comm import broadcast, reduce_scatter
 from minidp.comm import group as groups
 from minidp.comm.collectives import all_gather_into_tensor
+from minidp.comm.comm_thread import CommThread
+from minidp.comm.launch_queue import LaunchQueue
 from minidp.ddp.buckets import MB, compute_bucket_assignment_by_size
 from minidp.fsdp import dtensor
 from minidp.zero import checks, zero2_checks, zero2_hooks, zero2_state
@@ -130,7 +135,10 @@ class Zero2Optimizer(torch.optim.Optimizer):
             Bucket([order[i] for i in b], self.world_size, self.rank, dtype) for b in assignment
         ]
         self._where = {id(piece.param): (b, piece) for b in self.buckets for piece in b.pieces}
-        self._next = 0  # index of the next bucket to reduce-scatter
+        self._index = {id(b): i for i, b in enumerate(self.buckets)}
+        # buckets go strictly in index order on the communication thread, as DDP's
+        self.queue = LaunchQueue(CommThread(g), self._launch, in_order=True)
+        self._open = False  # a backward is under way: some bucket not launched yet
         self._sync = True  # False inside no_sync(): gradients stay full and local
         self._local: set[int] = set()  # parameters whose .grad is a kept local gradient
         # held weakly: dropping the optimizer frees it, its hooks and its claim
@@ -168,8 +176,9 @@ class Zero2Optimizer(torch.optim.Optimizer):
             self._local.add(id(p))
             return
         self._local.discard(id(p))
-        if self._next == len(self.buckets):
-            self._next = 0  # every bucket went in the last backward: this is a new one
+        if not self._open:  # the first gradient of a backward: every bucket waits again
+            self._open = True
+            self.queue.start([sum(pc.param.requires_grad for pc in b.pieces) for b in self.buckets])
         bucket, piece = self._where[id(p)]
         if id(p) in bucket.seen:
             raise RuntimeError(
@@ -194,23 +203,32 @@ class Zero2Optimizer(torch.optim.Optimizer):
         mesh = self.mesh if p.dim() else None  # a 0-d tensor has no dim 0 to shard
         p.grad = dtensor.as_sharded(bucket.grad_rows(piece), mesh, p.shape) if mesh else None
         bucket.seen.add(id(p))
-        while self._next < len(self.buckets) and self.buckets[self._next].complete():
-            self._reduce(self.buckets[self._next])
-            self._next += 1
+        self.queue.ready(self._index[id(bucket)])
+        if self.queue.all_launched:
+            self._finish()
 
-    def _reduce(self, bucket: Bucket) -> None:
-        s = bucket.segment
-        if not bucket.seen:  # every parameter in it is frozen now: nothing to reduce
-            bucket.reduced = True
-            return
-        if s:  # a bucket of zero-element parameters has nothing to send
-            inputs = [bucket.send[r * s : (r + 1) * s] for r in range(self.world_size)]
-            out = torch.empty_like(bucket.shard_grad) if bucket.accumulate else bucket.shard_grad
-            reduce_scatter(out, inputs, "sum", self.process_group)
-            if bucket.accumulate:
+    def _launch(self, i: int):
+        """Bucket ``i`` is complete (and every earlier one has gone): its reduce-scatter,
+        for the communication thread, into a fresh buffer when it must be added."""
+        bucket, s = self.buckets[i], self.buckets[i].segment
+        if not bucket.seen or not s:  # all frozen now, or zero-element: nothing to send
+            return None
+        inputs = [bucket.send[r * s : (r + 1) * s] for r in range(self.world_size)]
+        out = torch.empty_like(bucket.shard_grad) if bucket.accumulate else bucket.shard_grad
+        return lambda: reduce_scatter(out, inputs, "sum", self.process_group)
+
+    def _finish(self) -> None:
+        """Wait for every launched reduce-scatter; add what a second backward reduced. (A
+        bucket that never went keeps its gradients in flight: ``step`` names it.)"""
+        self._open = False
+        results = self.queue.wait()
+        for bucket, future, out in zip(self.buckets, self.queue.futures, results):
+            if future is None:
+                continue
+            if bucket.accumulate and out is not None:
                 bucket.shard_grad += out  # a second backward before zero_grad: add, like torch
-        bucket.reset_inflight()
-        bucket.reduced = bucket.accumulate = True
+            bucket.reset_inflight()
+            bucket.reduced = bucket.accumulate = True
 
     # -- step -----------------------------------------------------------------------------
     @torch.no_grad()
@@ -223,6 +241,8 @@ class Zero2Optimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._open:  # a backward that did not reach every bucket: what went, lands
+            self._finish()
         zero2_checks.check_ready(self, WHO)
         zero2_checks.check_storage(self, WHO)
         for b in self.buckets:
@@ -235,7 +255,6 @@ class Zero2Optimizer(torch.optim.Optimizer):
         for b in self.buckets:
             self._gather(b)
             b.reduced = False
-        self._next = 0
         return loss
 
     def _gather(self, bucket: Bucket) -> None:
@@ -257,7 +276,8 @@ class Zero2Optimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradient shards: the next backward overwrites instead of adding."""
-        self._next = 0
+        if self._open:  # a half-done backward: let what went finish, then drop it all
+            self._finish()
         for p in self.params:
             if set_to_none or not isinstance(p.grad, dtensor.DTensor):
                 p.grad = None  # a full gradient kept by no_sync() too
