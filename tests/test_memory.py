@@ -36,7 +36,7 @@ from test_zero_support import TinyLM, Wide, memory_by_stage
 
 from minidp.launch import run_threads
 from minidp.zero import plan, plan_cli
-from minidp.zero.activations import stack_bytes
+from minidp.zero.activations import layer_bytes, logits_bytes, stack_bytes
 from minidp.zero.memory import expected, measure
 from minidp.zero.partition import partition_parameters, row_range, rows_per_rank
 from minidp.zero.stages import step_and_measure, step_traffic, train_step
@@ -398,13 +398,20 @@ def test_planner_cli_hsdp_and_estimated_activations(capsys):
     assert plan_cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "HSDP (8-GPU shard)" in out and "replicated across 2 groups" in out
-    # the preset's shape reaches stack_bytes (the estimate itself: test_activations.py)
-    peak = stack_bytes(48, 4096, 1, 5120, 40, ffn=13824, mlp="swiglu", flash=True).peak
-    assert f"backward peak {peak / plan.GIB:.1f} GiB" in out
-    assert f"{peak / plan.GIB:>8.1f}" in out.splitlines()[2]  # the DDP row's activations
+    # the preset's shape reaches stack_bytes, grouped-query attention included (8 k/v heads),
+    # and the logits of its 152,064-token vocabulary (the estimates: test_activations.py)
+    peak = stack_bytes(48, 4096, 1, 5120, 40, ffn=13824, mlp="swiglu", flash=True, kv_heads=8).peak
+    logits = logits_bytes(4096, 1, 152064)
+    assert f"backward peak {peak / plan.GIB:.1f} GiB + logits and loss 3.5 GiB" in out
+    row = f"{(peak + logits) / plan.GIB:>8.1f}"
+    assert row in out.splitlines()[2], out  # the DDP row's activations: layers + logits
     full = plan_cli.activation_estimate("qwen2.5-14b", 4096, checkpointing="full")
     fp32 = plan_cli.activation_estimate("qwen2.5-14b", 4096, precision="fp32")
     assert full.peak < peak / 5 and fp32.peak == pytest.approx(2 * peak, rel=0.01)
+    mha = stack_bytes(48, 4096, 1, 5120, 40, ffn=13824, mlp="swiglu", flash=True).peak
+    assert peak == pytest.approx(mha * (1 - 0.085), abs=0.001 * mha)  # GQA: 8.5% less
+    eager = plan_cli.activation_estimate("qwen2.5-14b", 4096, attention="eager")
+    assert eager.per_layer == layer_bytes(4096, 1, 5120, 40, ffn=13824, mlp="swiglu")  # repeat_kv
 
 
 @pytest.mark.parametrize(

@@ -21,13 +21,23 @@ the dropped-out scores (d·a·s²·b). Generalised here from the paper's d = 2, 
   output projection's input, counted already) and one fp32 log-sum-exp per head and token
   (4·a·s·b). No dropout inside attention then (the paper's case without the s² term);
 * ``mask_bytes``: CUDA's fused dropout keeps a 1-byte mask (the paper's number); torch on
-  CPU keeps the mask in the activation dtype (measured: ``tests/test_activations.py``).
+  CPU keeps the mask in the activation dtype (measured: ``tests/test_activations.py``);
+* ``kv_heads`` (grouped-query attention: Llama 3, Qwen2.5): k and v have ``kv_heads`` heads
+  instead of ``a``, so each is ``kv_heads/a`` of an activation (d·sbh·kv_heads/a each, in
+  place of d·sbh). That holds for a fused kernel that keeps k and v at their own size (native
+  GQA: flash-attn, ``scaled_dot_product_attention(..., enable_gqa=True)``), so it needs
+  ``flash=True``. An unfused path, or a model that repeats k and v to ``a`` heads before the
+  kernel (``repeat_kv``), keeps full-size copies: count it with the default ``kv_heads=None``
+  (= ``a``). Qwen2.5-14B (40 heads, 8 k/v heads, flash): 8.5% less than ``kv_heads=None``.
 
 Not counted (the paper leaves them out too): the norms' per-token statistics (mean and
-1/std: 1/h of an activation each), the embedding, the final norm, the logits and the loss —
-add those per model. Full activation checkpointing (``torch.utils.checkpoint`` around each
-layer) keeps only each layer's input (d·sbh per layer) and recomputes one layer at a time in
-backward, so the peak adds one layer's activations to that.
+1/std: 1/h of an activation each), the embedding, the final norm, the logits and the loss.
+The logits are :func:`logits_bytes`: with a vocabulary of 152,064 (Qwen2.5) and 4,096
+tokens they outweigh a whole checkpointed layer stack.
+
+Full activation checkpointing (``torch.utils.checkpoint`` around each layer) keeps only each
+layer's input (d·sbh per layer) and recomputes one layer at a time in backward, so the peak
+adds one layer's activations to that.
 
 Test: ``pytest tests/test_activations.py``;
 see it: ``python lessons/33_activation_checkpointing.py``
@@ -52,9 +62,10 @@ def layer_bytes(
     mask_bytes: int = 1,
     flash: bool = False,
     mlp: str = "gelu",
+    kv_heads: int | None = None,
 ) -> int:
     """Bytes one transformer layer keeps for backward (no checkpointing); see the module doc."""
-    _check(seq, batch, hidden, heads, bytes_per_value, mask_bytes, ffn)
+    _check(seq, batch, hidden, heads, bytes_per_value, mask_bytes, ffn, kv_heads)
     if mlp not in ("gelu", "swiglu"):
         raise ValueError(f"layer_bytes: expected mlp 'gelu' or 'swiglu', got {mlp!r}")
     if flash and dropout:
@@ -63,11 +74,20 @@ def layer_bytes(
             "got dropout=True too. Hint: count it with flash=False (the kernel falls back to "
             "the unfused path, which keeps the scores)"
         )
+    if kv_heads not in (None, heads) and not flash:
+        raise ValueError(
+            f"layer_bytes: kv_heads={kv_heads} < heads={heads} counts k and v at their own size, "
+            "as a fused kernel with native grouped-query attention keeps them (flash=True); got "
+            "flash=False. Hint: the unfused path repeats k and v to every head and keeps the "
+            "copies: count it with kv_heads=None"
+        )
     s, b, h, a, d = seq, batch, hidden, heads, bytes_per_value
     f = 4 * h if ffn is None else ffn
+    kv = a if kv_heads is None else kv_heads
     sbh, sbf = s * b * h, s * b * f
+    sbkv = sbh * kv // a  # one of k, v: kv heads of h / a values per token
     norms = 2 * d * sbh  # each norm's input
-    attention = d * sbh + 2 * d * sbh + d * sbh + d * sbh  # q/k/v's input; q, k; v; o's input
+    attention = d * sbh + d * sbh + 2 * d * sbkv + d * sbh  # q/k/v's input; q; k, v; o's input
     if flash:
         scores = 4 * a * s * b  # fp32 log-sum-exp per head and token
     else:
@@ -118,7 +138,23 @@ def stack_bytes(
     return Activations(one, kept, kept + one)
 
 
-def _check(seq, batch, hidden, heads, bytes_per_value, mask_bytes, ffn) -> None:
+def logits_bytes(seq: int, batch: int, vocab: int, *, bytes_per_value: int = 2) -> int:
+    """Bytes of the logits at the loss: the output head's ``(b, s, V)`` logits in the
+    activation dtype, and the fp32 log-probabilities ``cross_entropy(logits.float(), ...)``
+    keeps for backward (Hugging Face's causal-LM loss upcasts: ``(d + 4)·s·b·V``).
+
+    A lower bound at the loss itself: for a moment torch also holds the fp32 copy that
+    log-softmax reads, and in backward the gradients of both; a fused or chunked
+    cross-entropy avoids most of it.
+    """
+    for name, value in (("seq", seq), ("batch", batch), ("vocab", vocab),
+                        ("bytes_per_value", bytes_per_value)):  # fmt: skip
+        if not (isinstance(value, int) and value >= 1):
+            raise ValueError(f"logits_bytes: expected {name} to be an integer >= 1, got {value!r}")
+    return (bytes_per_value + 4) * seq * batch * vocab
+
+
+def _check(seq, batch, hidden, heads, bytes_per_value, mask_bytes, ffn, kv_heads) -> None:
     for name, value in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads),
                         ("bytes_per_value", bytes_per_value)):  # fmt: skip
         if not (isinstance(value, int) and value >= 1):
@@ -129,3 +165,11 @@ def _check(seq, batch, hidden, heads, bytes_per_value, mask_bytes, ffn) -> None:
         raise ValueError(f"layer_bytes: expected mask_bytes >= 0, got {mask_bytes!r}")
     if ffn is not None and not (isinstance(ffn, int) and ffn >= 1):
         raise ValueError(f"layer_bytes: expected ffn to be an integer >= 1, got {ffn!r}")
+    if kv_heads is not None and not (
+        isinstance(kv_heads, int) and kv_heads >= 1 and heads % kv_heads == 0
+    ):
+        raise ValueError(
+            f"layer_bytes: expected kv_heads to be an integer >= 1 that divides heads ({heads}), "
+            f"got {kv_heads!r}. Hint: grouped-query attention shares each k/v head among "
+            "heads // kv_heads query heads (Qwen2.5-14B: heads=40, kv_heads=8)"
+        )

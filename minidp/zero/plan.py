@@ -84,19 +84,19 @@ MODELS = {
     "llama-3-70b": 70.6e9,
 }
 # Each preset's transformer layer (the models' published configs), for the activation
-# estimate: (layers, hidden, heads, MLP hidden size, MLP kind). Qwen2.5 and Llama 3 use
-# grouped-query attention: their k and v are smaller than the estimate's (which counts full
-# multi-head k and v, 2 of its ~20 sbh-terms), so it is a slight over-estimate for them.
+# estimate: (layers, hidden, heads, k/v heads, MLP hidden size, MLP kind, vocabulary).
+# Qwen2.5 and Llama 3 use grouped-query attention (fewer k/v heads than query heads): their
+# k and v are that much smaller (``activations.layer_bytes(kv_heads=...)``, flash attention).
 LAYERS = {
-    "gpt2": (12, 768, 12, 3072, "gelu"),
-    "qwen2.5-0.5b": (24, 896, 14, 4864, "swiglu"),
-    "qwen2.5-1.5b": (28, 1536, 12, 8960, "swiglu"),
-    "qwen2.5-7b": (28, 3584, 28, 18944, "swiglu"),
-    "qwen2.5-14b": (48, 5120, 40, 13824, "swiglu"),
-    "qwen2.5-32b": (64, 5120, 40, 27648, "swiglu"),
-    "qwen2.5-72b": (80, 8192, 64, 29568, "swiglu"),
-    "llama-3-8b": (32, 4096, 32, 14336, "swiglu"),
-    "llama-3-70b": (80, 8192, 64, 28672, "swiglu"),
+    "gpt2": (12, 768, 12, 12, 3072, "gelu", 50257),
+    "qwen2.5-0.5b": (24, 896, 14, 2, 4864, "swiglu", 151936),
+    "qwen2.5-1.5b": (28, 1536, 12, 2, 8960, "swiglu", 151936),
+    "qwen2.5-7b": (28, 3584, 28, 4, 18944, "swiglu", 152064),
+    "qwen2.5-14b": (48, 5120, 40, 8, 13824, "swiglu", 152064),
+    "qwen2.5-32b": (64, 5120, 40, 8, 27648, "swiglu", 152064),
+    "qwen2.5-72b": (80, 8192, 64, 8, 29568, "swiglu", 152064),
+    "llama-3-8b": (32, 4096, 32, 8, 14336, "swiglu", 128256),
+    "llama-3-70b": (80, 8192, 64, 8, 28672, "swiglu", 128256),
 }
 
 

@@ -9,8 +9,9 @@
 * Activations, two ways, never both: ``--activations-gib`` (a figure you measured), or
   ``--seq`` (with ``--micro-batch``, ``--checkpointing``, ``--attention``): the estimate of
   ``activations.py`` (Korthikanti et al.) for the ``--model`` preset's layer shape
-  (``plan.LAYERS``), in the precision's activation dtype (fp32: 4 bytes, else 2). A
-  ``--params`` count has no layer shape: ``--seq`` is refused for it.
+  (``plan.LAYERS``), in the precision's activation dtype (fp32: 4 bytes, else 2), plus the
+  logits and the loss's log-probabilities (``activations.logits_bytes``). A ``--params``
+  count has no layer shape: ``--seq`` is refused for it.
 
 Every number is checked as it is parsed: ``float()`` happily reads "inf" and "nan", which
 would otherwise come out as a table of inf/nan with a fits/NO verdict on it.
@@ -24,7 +25,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-from minidp.zero.activations import CHECKPOINTING, Activations, stack_bytes
+from minidp.zero.activations import CHECKPOINTING, Activations, logits_bytes, stack_bytes
 from minidp.zero.plan import LAYERS, MODELS, MOMENTS, PRECISIONS, format_plan, optimizer_k, plan
 
 ATTENTION = ("flash", "eager")  # a fused kernel (no s x s scores kept), or softmax's output kept
@@ -48,7 +49,7 @@ def activation_estimate(
         )
     if attention not in ATTENTION:
         raise ValueError(f"activations: expected attention in {ATTENTION}, got {attention!r}")
-    layers, hidden, heads, ffn, mlp = LAYERS[model]
+    layers, hidden, heads, kv_heads, ffn, mlp, _ = LAYERS[model]
     return stack_bytes(
         layers,
         seq,
@@ -58,9 +59,16 @@ def activation_estimate(
         ffn=ffn,
         mlp=mlp,
         flash=attention == "flash",
-        bytes_per_value=4 if precision == "fp32" else 2,
+        # grouped-query attention keeps k and v small in a fused kernel; the eager path
+        # repeats them to every head (activations.py)
+        kv_heads=kv_heads if attention == "flash" else None,
+        bytes_per_value=_activation_bytes(precision),
         checkpointing=checkpointing,
     )
+
+
+def _activation_bytes(precision: str) -> int:
+    return 4 if precision == "fp32" else 2
 
 
 def _number(
@@ -194,15 +202,20 @@ def _activations(args) -> tuple[float, str]:
         args.model, args.seq, args.micro_batch or 1, args.precision,
         args.checkpointing or "none", args.attention or "flash",
     )  # fmt: skip
-    layers, hidden, heads, ffn, mlp = LAYERS[args.model]
+    layers, hidden, heads, kv_heads, ffn, mlp, vocab = LAYERS[args.model]
+    micro_batch = args.micro_batch or 1
+    logits = logits_bytes(
+        args.seq, micro_batch, vocab, bytes_per_value=_activation_bytes(args.precision)
+    )
     line = (
         f"Activations (estimated, the same under every stage): {layers} layers of hidden "
-        f"{hidden}, {heads} heads, {mlp} MLP {ffn}; seq {args.seq} x micro-batch "
-        f"{args.micro_batch or 1}, {args.attention or 'flash'} attention, checkpointing "
-        f"{args.checkpointing or 'none'}: backward peak {est.peak / 2**30:.1f} GiB "
-        "(embedding, logits and loss not counted; full k/v heads: high for GQA models)."
+        f"{hidden}, {heads} heads ({kv_heads} k/v), {mlp} MLP {ffn}; seq {args.seq} x "
+        f"micro-batch {micro_batch}, {args.attention or 'flash'} attention, checkpointing "
+        f"{args.checkpointing or 'none'}: backward peak {est.peak / 2**30:.1f} GiB + logits "
+        f"and loss {logits / 2**30:.1f} GiB (vocabulary {vocab:,}: the logits and the "
+        "loss's fp32 log-probabilities; the embedding not counted)."
     )
-    return est.peak / 2**30, line
+    return (est.peak + logits) / 2**30, line
 
 
 def main(argv: list[str] | None = None) -> int:
