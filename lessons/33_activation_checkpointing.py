@@ -34,7 +34,7 @@ from torch.utils.checkpoint import checkpoint
 import minidp
 from minidp import trace
 from minidp.zero import plan
-from minidp.zero.activations import stack_bytes
+from minidp.zero.activations import logits_bytes, stack_bytes
 
 WORLD, STEPS = 2, 2
 VOCAB, DIM, HEADS, BLOCKS = kit.pick((64, 64, 4, 4), (32, 32, 4, 3))
@@ -114,8 +114,9 @@ def kept_bytes(model: TinyLM, x: torch.Tensor) -> int:
 # `saved_tensors_hooks(pack, unpack)` sees every tensor an op saves for backward. Summed
 # over distinct storages for the block stack (input `(b, s-1, h)` from the embedding),
 # beside `stack_bytes(...)`: the paper's `s·b·h·(16d) + d·a·s²·b` per layer here (fp32:
-# d = 4; no dropout). It leaves out LayerNorm's mean and 1/std (b·s values each): the
-# measurement is that much larger.
+# d = 4; no dropout). It leaves out LayerNorm's mean and 1/std (b·s values each, two norms
+# per block): the measurement is exactly that much larger. Then the head: the logits, and
+# the fp32 log-probabilities `cross_entropy` keeps for backward (`logits_bytes`).
 
 # %%
 if __name__ == "__main__":
@@ -134,14 +135,28 @@ if __name__ == "__main__":
               f"{est[key].kept:>9,} B; backward peak (estimate) {est[key].peak:,} B")  # fmt: skip
     stats = BLOCKS * 2 * 2 * s * BATCH * 4  # LayerNorm mean and 1/std, fp32, two per block
     kit.check_true(
-        "no checkpointing: measured = estimate + LayerNorm statistics (within 1%)",
-        abs(measured["none"] - est["none"].kept) <= 0.01 * measured["none"],
-        f"{measured['none']:,} vs {est['none'].kept:,} (+{stats:,} statistics)",
+        "no checkpointing: measured = estimate + LayerNorm statistics, to the byte",
+        measured["none"] == est["none"].kept + stats,
+        f"{measured['none']:,} = {est['none'].kept:,} + {stats:,}",
     )
     kit.check_true(
         "checkpointing every block keeps only each block's input (L·s·b·h·4 bytes)",
         measured["full"] == est["full"].kept,
         f"{measured['full']:,} B, {measured['none'] / measured['full']:.1f}x less",
+    )
+    logits = model.head(model.run_blocks(x))  # (b, s, vocab)
+    saved: dict[int, torch.Tensor] = {}
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: saved.setdefault(t.untyped_storage().data_ptr(), t), lambda t: t
+    ):
+        F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+    log_probs = [t for t in saved.values() if t.numel() == logits.numel()]  # (b·s, vocab) fp32
+    head = logits.untyped_storage().nbytes() + sum(t.untyped_storage().nbytes() for t in log_probs)
+    print(f"  the logits and the loss's log-probabilities: {head:,} B measured, "
+          f"{logits_bytes(s, BATCH, VOCAB, bytes_per_value=4):,} B estimated")  # fmt: skip
+    kit.check_true(
+        "the loss keeps fp32 log-probabilities of the logits' size: logits_bytes, to the byte",
+        head == logits_bytes(s, BATCH, VOCAB, bytes_per_value=4),
     )
 
 # %% [markdown]
@@ -275,23 +290,61 @@ if __name__ == "__main__":
 # %% [markdown]
 # ## 4. The planner's numbers: Qwen2.5-14B
 # Lesson 23's model, bf16 activations, a fused attention kernel (no s² scores), SwiGLU,
-# one sequence of 4096 tokens per GPU, 48 layers; model states under FSDP on 8 × 80 GiB.
-# Activations are per GPU whatever the number of GPUs.
+# grouped-query attention (40 query heads share 8 k/v heads: k and v are 1/5 the size), one
+# sequence of 4096 tokens per GPU, 48 layers; model states under each stage on 8 × 80 GiB,
+# DDP's gradient buckets counted (torch's default `gradient_as_bucket_view=False`).
+# Activations are per GPU whatever the number of GPUs. On top of the layers come the
+# logits: 152,064 vocabulary entries for each of the 4096 tokens, in bf16 from the output
+# head and again in fp32, the log-probabilities the loss keeps (section 1 measured both).
 
 # %%
 if __name__ == "__main__":
-    qwen = dict(seq=4096, batch=1, hidden=5120, heads=40)
+    GIB = plan.GIB
+    qwen = dict(seq=4096, batch=1, hidden=5120, heads=40, ffn=13824, mlp="swiglu", flash=True)
+    mha = stack_bytes(48, **qwen)
+    logits = logits_bytes(4096, 1, 152064)
+    print(f"  one layer: {mha.per_layer / GIB:.2f} GiB if every head had its own k and v, "
+          f"{stack_bytes(48, **qwen, kv_heads=8).per_layer / GIB:.2f} GiB with 8 k/v heads; "
+          f"logits + log-probabilities {logits / GIB:.1f} GiB")  # fmt: skip
+    fits = {}
     for mode in ("none", "full"):
-        a = stack_bytes(48, **qwen, ffn=13824, mlp="swiglu", flash=True, checkpointing=mode)
-        rows = plan.plan(14.7e9, 8, 80, activations_gib=a.peak / plan.GIB)
-        print(f"\ncheckpointing {mode}: kept {a.kept / plan.GIB:.1f} GiB, backward peak "
-              f"{a.peak / plan.GIB:.1f} GiB (one layer {a.per_layer / plan.GIB:.2f} GiB)")  # fmt: skip
+        a = stack_bytes(48, **qwen, kv_heads=8, checkpointing=mode)
+        rows = plan.plan(14.7e9, 8, 80, activations_gib=(a.peak + logits) / GIB, buckets=True)
+        print(f"\ncheckpointing {mode}: layers kept {a.kept / GIB:.1f} GiB, backward peak "
+              f"{a.peak / GIB:.1f} GiB (one layer {a.per_layer / GIB:.2f}); + logits "
+              f"{logits / GIB:.1f} GiB")  # fmt: skip
         print(plan.format_plan(rows, 14.7e9, 8, "Qwen2.5-14B", f"activations: {mode}"))
+        fits[mode] = {r.stage: r for r in rows}
+    zero1 = fits["full"]["zero1"]
+    no_buckets = zero1.total - zero1.buckets
+    kit.check_true(
+        "grouped-query attention: 8.5% fewer activation bytes per layer than 40 k/v heads",
+        round(1 - stack_bytes(48, **qwen, kv_heads=8).per_layer / mha.per_layer, 3) == 0.085,
+    )
+    kit.check_true(
+        "checkpointed: the logits (bf16 + fp32 log-probabilities) outweigh the layers' peak",
+        logits > stack_bytes(48, **qwen, kv_heads=8, checkpointing="full").peak,
+    )
+    kit.check_true(
+        "checkpointed ZeRO-1 does not fit: not with DDP's buckets, nor without them "
+        "(gradient_as_bucket_view=True) once the logits are counted",
+        not zero1.fits and no_buckets > 80 * GIB,
+        f"{zero1.total / GIB:.1f} GiB with buckets, {no_buckets / GIB:.1f} without, "
+        f"{(no_buckets - logits) / GIB:.1f} without the logits either",
+    )
+    kit.check_true(
+        "checkpointed ZeRO-2 and FSDP fit",
+        fits["full"]["zero2"].fits and fits["full"]["fsdp"].fits,
+    )
     kit.done()
 
 # %% [markdown]
-# Without checkpointing the activations (~35 GiB) outweigh FSDP's 8-GPU share of the model
-# states (~27 GiB); checkpointing every layer brings their peak to ~2.6 GiB for one more
-# forward per step — and then even ZeRO-1 fits.
+# Without checkpointing the layers' activations (~32 GiB) outweigh FSDP's 8-GPU share of
+# the model states (~27 GiB); checkpointing every layer brings their peak to ~2.5 GiB, for
+# one more forward per step. Then the logits are the biggest activation left (3.5 GiB: the
+# vocabulary is 30x the hidden size) — a fused or chunked cross-entropy that never holds the
+# whole `(tokens, vocab)` matrix in fp32 is the next saving. ZeRO-2 and FSDP fit. ZeRO-1 does
+# not: its replicated bf16 gradients (27.4 GiB) plus DDP's bucket copy of them (another
+# 27.4 GiB unless `gradient_as_bucket_view=True`) — and even without the buckets, 81.3 GiB.
 # Selective checkpointing (recompute only the attention scores, the paper's other option)
 # sits between; with a fused attention kernel there are no scores to drop.
