@@ -258,10 +258,12 @@ if __name__ == "__main__":
     print(f"\nChrome trace of both ranks: {path} (open it in https://ui.perfetto.dev)")
 
 # %% [markdown]
-# Issuing a gather early is not hiding it. For each all-gather: how long it waited in the
-# comm thread's queue (behind the collective before it), how long it ran, and how much of
-# that the compute thread spent blocked on it (**exposed**) — the rest ran while the
-# compute thread worked (**hidden**).
+# Issuing a gather early is not hiding it. For each all-gather: how long it waited between
+# being issued and starting on the comm thread (**queued**), and *behind what*: the
+# collectives still running, or waiting ahead of it in the queue, at the moment it was
+# issued — "nothing" when the comm thread was idle, and the wait was only that thread
+# waking up. Then how long it ran, and how much of that the compute thread spent blocked on
+# it (**exposed**) — the rest ran while the compute thread worked (**hidden**).
 
 # %%
 if __name__ == "__main__":
@@ -277,18 +279,20 @@ if __name__ == "__main__":
         name = issue["name"].removeprefix("issue ")
         run = next(e for e in pending if e["name"] == name and e["ts"] >= issue["ts"])
         pending.remove(run)
-        before = [e for e in comm if e["ts"] < run["ts"]]
+        # ahead of it: running when it was issued (ends after the issue), or queued before it
+        # (starts between the issue and its own start) — not one that had already finished
+        ahead = [e for e in comm if e is not run and e["ts"] < run["ts"] and end(e) > issue["ts"]]
         # the compute thread's wait for this gather: the one that ends right after it
         wait = min(
             (w for w in waits if w["name"] == "wait " + name and w["ts"] + w["dur"] >= run["ts"]),
             key=lambda w: w["ts"],
             default=None,
         )
-        gathers.append((name, issue, run, before[-1]["name"] if before else "-", wait))
+        gathers.append((name, issue, run, ahead, wait))
     print(f"  {'all-gather':<20}{'queued ms':>10}{'ran ms':>8}{'exposed ms':>11}{'hidden ms':>10}"
           "   queued behind")  # fmt: skip
     exposed_total = ran_total = 0.0
-    for name, issue, run, behind, wait in gathers:
+    for name, issue, run, ahead, wait in gathers:
         queued = (run["ts"] - issue["ts"]) / 1e3
         ran = run["dur"] / 1e3
         # exposed: the part of the gather's run during which the compute thread was waiting
@@ -298,15 +302,48 @@ if __name__ == "__main__":
             start, stop = max(wait["ts"], run["ts"]), min(end(wait), end(run))
             exposed = max(0.0, stop - start) / 1e3
         exposed_total, ran_total = exposed_total + exposed, ran_total + ran
+        behind = ", ".join(e["name"] for e in ahead) or "nothing"
         print(f"  {name:<20}{queued:>10.2f}{ran:>8.2f}{exposed:>11.2f}{ran - exposed:>10.2f}"
-              f"   {behind if queued > 0.5 else ''}")  # fmt: skip
+              f"   {behind}")  # fmt: skip
     print(f"  all-gathers: {ran_total:.1f} ms, of which {exposed_total:.1f} ms exposed")
+    behind_rs = [name for name, _, _, ahead, _ in gathers
+                 if any(e["name"].startswith("reduce-scatter") for e in ahead)]  # fmt: skip
+    print(f"  gathers that queued behind a reduce-scatter in this step: {len(behind_rs)} "
+          f"{behind_rs or ''}")  # fmt: skip
+    kit.check_true(
+        "one comm thread, in order: every collective a gather queued behind was running or "
+        "waiting when it was issued, and had ended before the gather started",
+        all(
+            end(e) > issue["ts"] and end(e) <= run["ts"]
+            for _, issue, run, ahead, _ in gathers
+            for e in ahead
+        ),
+    )
+    # backward: unit k+2's reduce-scatter is issued when its backward ends, unit k's gather
+    # when unit k+1's backward starts — after it, so it runs after it on the one thread
+    rs = {
+        e["name"].removeprefix("reduce-scatter "): e for e in comm if "reduce-scatter" in e["name"]
+    }
+    after = [
+        (name, run["ts"] >= end(rs[f"unit {int(name.split()[-1]) + 2}"]))
+        for name, _, run, _, _ in gathers[BLOCKS + 1 :]
+        if int(name.split()[-1]) + 2 <= BLOCKS
+    ]
+    kit.check_true(
+        "backward: each prefetched gather starts only after the reduce-scatter issued before it "
+        "(unit k's gather after unit k+2's reduce-scatter)",
+        bool(after) and all(ok for _, ok in after),
+        str(after),
+    )
+
 # %% [markdown]
 # Here most of the gathering is exposed, for two reasons the trace shows. A block's
 # compute is a fraction of a millisecond and a gloo collective on a shared CPU takes
 # milliseconds: there is little compute to hide behind. And one comm thread runs every
-# collective in order, so in backward a prefetched all-gather queues behind the previous
-# unit's reduce-scatter while the compute thread waits for it. FSDP2 on GPUs runs
+# collective in the order it was issued: in backward, unit k's prefetched gather is issued
+# just after unit k+2's reduce-scatter, so it cannot start before that reduce-scatter has
+# ended — when the reduce-scatter is still running at that moment, the gather queues behind
+# it (the table names it) while the compute thread may be waiting for it. FSDP2 on GPUs runs
 # all-gathers and reduce-scatters on *separate CUDA streams*, so a reduce-scatter does not
 # hold up the next gather, and lets you prefetch further ahead explicitly:
 # `module.set_modules_to_forward_prefetch([...])` and
