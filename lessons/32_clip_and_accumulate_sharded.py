@@ -16,7 +16,8 @@
 # * **gradient accumulation**: several micro-batches' backwards, one step. Each backward
 #   under FSDP reduce-scatters; `model.set_requires_gradient_sync(False)` (FSDP2's name;
 #   DDP's `no_sync` in lesson 13) keeps the unsharded gradients instead, and only the last
-#   micro-batch's backward reduce-scatters the sum.
+#   micro-batch's backward reduce-scatters the sum — at the price of the full gradient on
+#   every rank until then, and for fewer bytes than one might hope (section 2 says why).
 # * **ZeRO-2** frees the full gradients during backward: section 3 shows what stands in
 #   their place so that the ordinary `clip_grad_norm_` call still gets the global norm.
 
@@ -136,62 +137,142 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # ## 2. Accumulating without a reduce-scatter per micro-batch
-# Two micro-batches per step. With sync on every backward, each micro-batch's backward
-# reduce-scatters; with `set_requires_gradient_sync(False)` for the first, only the last
-# one does — the bytes are measured — and the weights are FSDP2's, bit for bit.
-
+# Two micro-batches per step, three ways, each in minidp and in FSDP2 (the weights compared
+# bit for bit), the bytes of the second step measured:
+#
+# * sync every backward: each micro-batch's backward reduce-scatters its gradients;
+# * `set_requires_gradient_sync(False)` for the first: only the last backward
+#   reduce-scatters, the sum of both;
+# * and `set_reshard_after_backward(False)` for the first too: the units also stay gathered
+#   after its backward, so the next forward gathers nothing.
+#
+# Beside them, one micro-batch's collectives one kind at a time: a model with
+# `reshard_after_forward=False` keeps every unit gathered from its forward to its backward,
+# so its forward sends only the all-gathers and its backward only the reduce-scatters.
 
 # %%
+HOWS = ("sync every backward", "sync the last only", "sync the last only, stay gathered")
+
+
+def accumulate(model, opt, micro: list, how: str, steps: int = 2) -> list:
+    """``steps`` optimizer steps of ``len(micro)`` micro-batches each, accumulated ``how``;
+    returns, after each skipped sync, the bytes of the ``.grad``s ``model.parameters()``
+    hold (None: no parameter has one)."""
+    held = []
+    for _ in range(steps):
+        for i, tokens in enumerate(micro):
+            last = i == len(micro) - 1
+            if how != "sync every backward":
+                model.set_requires_gradient_sync(last)
+            if how == "sync the last only, stay gathered":
+                model.set_reshard_after_backward(last)  # True again before the step
+            loss_of(model, tokens).backward()
+            if not last and how != "sync every backward":
+                grads = [p.grad for p in model.parameters() if p.grad is not None]
+                held.append(sum(g.nbytes for g in grads) if grads else None)
+        opt.step()
+        opt.zero_grad()
+    return held
+
+
 def accumulate_lesson(rank: int, world: int) -> dict:
     g = torch.Generator().manual_seed(10 + rank)
     micro = [torch.randint(0, VOCAB, (2, 9), generator=g) for _ in range(2)]
-    out = {}
-    for how in ("sync every backward", "sync the last only"):
+    out: dict = {"held": {}}
+    for how in HOWS:
         torch.manual_seed(0)
         model = shard(TinyLM(), minidp.fully_shard)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        for step in range(2):
-            before = traffic(model).sent_bytes if step else 0
-            for i, tokens in enumerate(micro):
-                if how == "sync the last only":
-                    model.set_requires_gradient_sync(i == len(micro) - 1)
-                loss_of(model, tokens).backward()
-            opt.step()
-            opt.zero_grad()
+        accumulate(model, opt, micro, how, steps=1)
+        before = traffic(model).sent_bytes
+        out["held"]["minidp", how] = accumulate(model, opt, micro, how, steps=1)
         out[how] = {
             "bytes": traffic(model).sent_bytes - before,  # the second step's
             "weights": minidp.fsdp.full_state_dict(model),
         }
+    torch.manual_seed(0)  # forward: the all-gathers; backward: only the reduce-scatters
+    model = shard(TinyLM(), minidp.fully_shard, reshard_after_forward=False)
+    loss = loss_of(model, micro[0])
+    out["forward all-gathers"] = traffic(model).sent_bytes
+    loss.backward()
+    out["reduce-scatter"] = traffic(model).sent_bytes - out["forward all-gathers"]
+    out["shard grad bytes"] = sum(p.grad.nbytes for p in model.parameters())
     if not kit.why_no_fsdp2():
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        torch.manual_seed(0)
-        theirs = shard(TinyLM(), fully_shard, mesh=init_device_mesh("cpu", (world,)))
-        opt = torch.optim.AdamW(theirs.parameters(), lr=1e-2)
-        for _ in range(2):
-            for i, tokens in enumerate(micro):
-                theirs.set_requires_gradient_sync(i == len(micro) - 1)
-                loss_of(theirs, tokens).backward()
-            opt.step()
-            opt.zero_grad()
-        out["fsdp2"] = {n: p.full_tensor().detach() for n, p in theirs.named_parameters()}
+        for how in HOWS[1:]:
+            torch.manual_seed(0)
+            theirs = shard(TinyLM(), fully_shard, mesh=init_device_mesh("cpu", (world,)))
+            opt = torch.optim.AdamW(theirs.parameters(), lr=1e-2)
+            out["held"]["fsdp2", how] = accumulate(theirs, opt, micro, how)
+            out["fsdp2", how] = {n: p.full_tensor().detach() for n, p in theirs.named_parameters()}
     return out
 
 
 if __name__ == "__main__":
     acc = ranks.run(accumulate_lesson)
-    every, last = acc[0]["sync every backward"], acc[0]["sync the last only"]
-    print(f"  bytes sent per step: sync every backward {every['bytes']:,}, "
-          f"the last only {last['bytes']:,}")  # fmt: skip
-    kit.check_true("skipping the first reduce-scatter sends fewer bytes",
-                   last["bytes"] < every["bytes"])  # fmt: skip
-    if "fsdp2" in acc[0]:
+    r0 = acc[0]
+    every, last, kept = (r0[how]["bytes"] for how in HOWS)
+    rs, fwd = r0["reduce-scatter"], r0["forward all-gathers"]
+    print("  bytes sent by rank 0 in one step of 2 micro-batches:")
+    for how in HOWS:
+        print(f"    {how:<36}{r0[how]['bytes']:>8,}  ({r0[how]['bytes'] / every - 1:+.0%})")
+    print(f"  one micro-batch alone: forward all-gathers {fwd:,} B, reduce-scatters {rs:,} B; "
+          f"so the backward all-gathers {(last - rs) // 2 - fwd:,} B")  # fmt: skip
+    kit.check_true(
+        "skipping the first micro-batch's sync saves exactly one micro-batch's reduce-scatters",
+        every - last == rs,
+        f"{every:,} - {last:,} = {every - last:,} B vs {rs:,} B measured alone",
+    )
+    kit.check_true(
+        "staying gathered after the first backward saves exactly the second forward's all-gathers",
+        last - kept == fwd,
+        f"{last:,} - {kept:,} = {last - kept:,} B vs {fwd:,} B measured alone",
+    )
+    full = 4 * sum(p.numel() for p in TinyLM().parameters())
+    held = {key: v for r in acc for key, v in r["held"].items()}
+    print(f"  after the first micro-batch's backward without sync, model.parameters() hold "
+          f"no .grad (resharded) or {held['minidp', HOWS[2]][0]:,} B of .grad (stayed "
+          f"gathered): the full gradient, {full:,} B; a synced rank holds its shard, "
+          f"{r0['shard grad bytes']:,} B")  # fmt: skip
+    kit.check_true(
+        "no sync: no sharded .grad exists between micro-batches (minidp and FSDP2, every rank)"
+        " — the sum is held unsharded",
+        all(v == [None] * len(v) and v for (_, how), v in held.items() if how == HOWS[1]),
+    )
+    kit.check_true(
+        "no sync, stay gathered: the gathered parameters hold the full gradient on every rank "
+        "(minidp and FSDP2), world times a shard",
+        all(v == [full] * len(v) and v for (_, how), v in held.items() if how == HOWS[2]),
+        f"{full:,} B vs {r0['shard grad bytes']:,} B",
+    )
+    if ("fsdp2", HOWS[1]) in r0:
         for rank, r in enumerate(acc):
-            kit.check(f"rank {rank}: set_requires_gradient_sync accumulation = FSDP2's",
-                      r["sync the last only"]["weights"], r["fsdp2"])  # fmt: skip
+            for how in HOWS[1:]:
+                kit.check(f"rank {rank}, {how}: minidp = FSDP2", r[how]["weights"],
+                          r["fsdp2", how])  # fmt: skip
     else:
         print(f"  (FSDP2 skipped: {kit.why_no_fsdp2()})")
+
+# %% [markdown]
+# **Why only 18% fewer bytes.** A step's reduce-scatters are one part of its traffic; the
+# all-gathers are the larger part, and they happen in every micro-batch whatever the sync:
+# the forward gathers every unit, and the backward gathers every block again. Skipping the
+# first reduce-scatter saves one micro-batch's reduce-scatters and nothing else.
+#
+# **What it costs.** Between micro-batches there is no sharded `.grad` yet: the sum so far
+# is kept *unsharded* — the full gradient of every unit, on every rank (FSDP2 keeps it on
+# the unsharded parameters). That is `world` times the shard a synced rank holds: for
+# Qwen2.5-14B's bf16 gradients, 27 GiB per GPU instead of 27/N — ZeRO-1's gradient memory,
+# for the length of the accumulation. The alternatives, by what they trade:
+#
+# * **reduce-scatter every micro-batch** (the default): each rank holds only its gradient
+#   shard; one reduce-scatter per micro-batch — the choice when memory is what is short;
+# * **`set_reshard_after_backward(False)`** with the sync off: the units stay gathered too,
+#   so the next forward gathers nothing (with `reshard_after_forward=False` as well, a
+#   micro-batch sends nothing at all) — the least traffic, for the memory of the whole
+#   unsharded model *and* its gradient. Set both back to `True` before the last backward.
 
 # %% [markdown]
 # ## 3. ZeRO-2: the full gradient is gone — what does `clip_grad_norm_` see?
