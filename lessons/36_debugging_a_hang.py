@@ -16,20 +16,28 @@
 #
 # Rank 0's `stats` all-reduce pairs with rank 1's `grad` all-reduce (same shape: nobody
 # notices, rank 1 gets a wrong gradient), then rank 0 waits in its `grad` all-reduce while
-# rank 1 waits in the barrier. Forever by default (30 minutes). The tools, each on the same
-# bug, every wait bounded by a short group timeout:
+# rank 1 waits in the barrier — until the group's timeout: torch's default is 30 minutes,
+# and 10 for NCCL (`torch.distributed.constants`: `default_pg_timeout`,
+# `default_pg_nccl_timeout`). The tools, each on the same bug, every wait bounded by a short
+# group timeout:
 #
 # 1. the timeout itself, and every rank's Python stack while it waits (`faulthandler`,
-#    built in; `py-spy dump`, if installed);
-# 2. torch's flight recorder: each rank's log of its last collectives, read after the fact;
+#    built in; `py-spy dump`, if installed) — and why, with asynchronous collectives (NCCL),
+#    the stack shows the wrong line;
+# 2. torch's flight recorder: each rank's log of its last collectives, read after the fact,
+#    and `fr_trace`, which lines the ranks' logs up;
 # 3. `dist.monitored_barrier`: which rank did not arrive;
 # 4. `TORCH_DISTRIBUTED_DEBUG=DETAIL`: collectives fingerprinted, a mismatch raises;
-# 5. minidp's checked mode (`MINIDP_DEBUG=DETAIL` or `minidp.comm.checked()`).
+# 5. minidp's checked mode (`MINIDP_DEBUG=DETAIL` or `minidp.comm.checked()`) — and the
+#    correct code it rejects.
 
 # %%
+import contextlib
 import datetime
 import faulthandler
 import inspect
+import io
+import logging
 import os
 import pickle
 import shutil
@@ -45,7 +53,7 @@ import minidp
 from minidp.comm import MismatchError
 
 WORLD = 2
-HANG_S = kit.pick(5.0, 3.0)  # each group's timeout: how long a hang lasts here
+HANG_S = 3.0  # each group's timeout: how long a hang lasts here
 PY_SPY = shutil.which("py-spy")
 
 
@@ -59,20 +67,48 @@ def buggy_step(rank: int, all_reduce, barrier, group, seen: dict) -> None:
     barrier(group=group)
 
 
-def line_of(text: str) -> int:
-    """The line number of ``text`` inside buggy_step, in this file (to find it in stacks)."""
-    lines, start = inspect.getsourcelines(buggy_step)
+def async_step(rank: int, group, seen: dict) -> None:
+    """The same bug with asynchronous collectives (``async_op=True``; NCCL's are always so):
+    each call returns at once, and only a wait blocks."""
+    stats = torch.tensor([rank + 1.0, 0.0, 0.0, 0.0])
+    grad = torch.full((4,), 10.0 * (rank + 1))
+    if rank == 0:
+        dist.all_reduce(stats, group=group, async_op=True)  # BUG: only rank 0 logs
+    work = dist.all_reduce(grad, group=group, async_op=True)  # returns at once
+    work.wait()  # the first line that waits (NCCL's wait does not either: a later .item() does)
+    seen["grad"] = grad.clone()
+    dist.barrier(group=group)
+
+
+def correct_step(rank: int, all_reduce, group, seen: dict) -> None:
+    """Correct code: every rank calls one all-reduce — each from its own line."""
+    x = torch.full((4,), rank + 1.0)
+    if rank == 0:
+        all_reduce(x, group=group)  # the same collective on every rank ...
+    else:
+        all_reduce(x, group=group)  # ... called from another line
+    seen["x"] = x.clone()
+
+
+def line_of(text: str, fn=buggy_step) -> int:
+    """The line number of ``text`` inside ``fn``, in this file (to find it in stacks)."""
+    lines, start = inspect.getsourcelines(fn)
     return start + next(i for i, line in enumerate(lines) if text in line)
 
 
-def run(rank: int, group, all_reduce, barrier) -> dict:
+def attempt(step, *args) -> dict:
+    """Run ``step(*args, seen)``; what it saw, and the first error ("" if none)."""
     seen: dict = {}
     try:
-        buggy_step(rank, all_reduce, barrier, group, seen)
+        step(*args, seen)
         seen["error"] = ""
     except RuntimeError as exc:  # gloo's timeout, torch's mismatch, minidp's MismatchError
         seen["error"] = f"{type(exc).__name__}: {str(exc).strip()}"
     return seen
+
+
+def run(rank: int, group, all_reduce, barrier) -> dict:
+    return attempt(buggy_step, rank, all_reduce, barrier, group)
 
 
 def short_group():
@@ -84,11 +120,23 @@ def short_group():
 
 
 # %%
-def stacks_while_hung(rank: int, pids: list[int], out: dict) -> None:
-    """Start the watchers of scenario 1: this rank's faulthandler; py-spy on every rank."""
-    out["faulthandler_file"] = tempfile.TemporaryFile("w+")
-    faulthandler.dump_traceback_later(HANG_S / 2, file=out["faulthandler_file"])
-    if PY_SPY and rank == 0:  # one rank dumps every rank, as you would from a shell
+@contextlib.contextmanager
+def stacks_after(seconds: float, out: dict, key: str):
+    """faulthandler: write every thread's stack into ``out[key]`` if the block still runs
+    after ``seconds``."""
+    with tempfile.TemporaryFile("w+") as f:
+        faulthandler.dump_traceback_later(seconds, file=f)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+            f.seek(0)
+            out[key] = f.read()
+
+
+def start_py_spy(rank: int, pids: list[int], out: dict) -> None:
+    """py-spy on every rank (from rank 0, as you would from a shell), during scenario 1."""
+    if PY_SPY and rank == 0:
 
         def dump():
             out["py-spy"] = [
@@ -106,28 +154,40 @@ def hang_lesson(rank: int, world: int) -> dict:
     pids = [0] * world
     dist.all_gather_object(pids, os.getpid())  # on the default group (long timeout)
     # buggy_step's lines in the file the ranks run (a notebook's cells number them anew)
-    out: dict = {"lines": {"grad": line_of("all_reduce(grad"), "barrier": line_of("barrier(group")}}
+    out: dict = {"lines": {
+        "stats": line_of("all_reduce(stats"), "grad": line_of("all_reduce(grad"),
+        "barrier": line_of("barrier(group"), "wait": line_of("work.wait()", async_step),
+        "async barrier": line_of("barrier(group", async_step)}}  # fmt: skip
 
     # 1. plain torch: the timeout; stacks taken while waiting
     group = short_group()
-    stacks_while_hung(rank, pids, out)
-    out["plain"] = run(rank, group, dist.all_reduce, dist.barrier)
-    faulthandler.cancel_dump_traceback_later()
-    f = out.pop("faulthandler_file")
-    f.seek(0)
-    out["faulthandler"] = f.read()
+    start_py_spy(rank, pids, out)
+    with stacks_after(HANG_S / 2, out, "faulthandler"):
+        out["plain"] = run(rank, group, dist.all_reduce, dist.barrier)
     if "py-spy thread" in out:
         out.pop("py-spy thread").join()
-    # 2. the flight recorder (TORCH_FR_BUFFER_SIZE set before the ranks started)
-    trace = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
-    mine = [e for e in trace["entries"] if e["process_group"][0] == group.group_name]
+    # 2. the flight recorder (TORCH_FR_BUFFER_SIZE set before the ranks started). Reading it
+    # symbolizes every entry's stack, which takes seconds: a thread does it while 1b waits
+    dumped: dict = {}
+    reader = threading.Thread(
+        target=lambda: dumped.update(pickle.loads(torch._C._distributed_c10d._dump_fr_trace()))
+    )
+    dist.barrier()  # the next scenario starts together (default group)
+    reader.start()
+
+    # 1b. the same bug, asynchronous collectives: where do the stacks point?
+    with stacks_after(HANG_S / 2, out, "faulthandler async"):
+        out["async"] = attempt(async_step, rank, short_group())
+    reader.join()
+    mine = [e for e in dumped["entries"] if e["process_group"][0] == group.group_name]
     here = os.path.basename(__file__)
     out["recorder"] = [
         (e["collective_seq_id"], e["profiling_name"],
          [f["line"] for f in e["frames"] if f["name"] == "buggy_step" and here in f["filename"]])
         for e in mine
     ]  # fmt: skip
-    dist.barrier()  # the next scenario starts together (default group)
+    out["recorder dump"] = {**dumped, "entries": mine}  # for fr_trace, in the main process
+    dist.barrier()
 
     # 3. monitored_barrier at the end of the step instead of barrier
     def monitored(group):
@@ -149,12 +209,24 @@ def hang_lesson(rank: int, world: int) -> dict:
     out["minidp"] = run(rank, short_group(), minidp.comm.all_reduce, minidp.comm.barrier)
     with minidp.comm.checked():
         out["checked"] = run(rank, short_group(), minidp.comm.all_reduce, minidp.comm.barrier)
+    # ... and correct code whose ranks call the same collective from different lines
+    out["correct"] = attempt(correct_step, rank, minidp.comm.all_reduce, short_group())
+    with minidp.comm.checked():
+        out["checked, correct"] = attempt(correct_step, rank, minidp.comm.all_reduce, short_group())
     return out
 
 
 # %%
 if __name__ == "__main__":
     kit.title("Lesson 36: debugging a hang")
+    nccl = dist.constants.default_pg_nccl_timeout  # None: this torch was built without NCCL
+    print(f"  default timeouts: {dist.constants.default_pg_timeout} (gloo and others), "
+          f"{nccl if nccl is not None else 'no NCCL in this build'} (NCCL)")  # fmt: skip
+    kit.check_true(
+        "torch's default group timeout: 30 minutes; NCCL's 10 (where NCCL is built in)",
+        dist.constants.default_pg_timeout == datetime.timedelta(minutes=30)
+        and nccl in (None, datetime.timedelta(minutes=10)),
+    )
     os.environ["TORCH_FR_BUFFER_SIZE"] = "64"  # the flight recorder's ring: read at start-up
     try:  # deadline: whatever happens, this cell ends (the hangs themselves take HANG_S)
         res = kit.spawn(hang_lesson, WORLD, deadline=180)
@@ -194,8 +266,8 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # `py-spy dump --pid PID` does the same from outside, without changing the program — the
-# tool for a job that is already stuck (`pip install py-spy`; it needs permission to read
-# the process: the same user, and ptrace allowed in containers).
+# tool for a CPU job that is already stuck (`pip install py-spy`; it needs permission to
+# read the process: the same user, and ptrace allowed in containers).
 
 # %%
 if __name__ == "__main__":
@@ -209,12 +281,42 @@ if __name__ == "__main__":
         print("  (py-spy section skipped: py-spy is not installed — `pip install py-spy`)")
 
 # %% [markdown]
+# Those stacks point at the right lines because gloo's collectives are *synchronous*: the
+# call returns when the data has arrived. NCCL's are not: `all_reduce` only enqueues the
+# work on a CUDA stream and returns, and Python runs on until something needs the result on
+# the host — a `.item()`, a `.cpu()`, the next barrier. A hung NCCL job's stacks show that
+# next sync point, often far from the collective that did not match. The same bug with
+# `async_op=True` shows the effect on gloo (`async_step`): rank 0's stack is at
+# `work.wait()`, not at either `all_reduce`.
+
+# %%
+if __name__ == "__main__":
+    for r in range(WORLD):
+        stack = [ln for ln in res[r]["faulthandler async"].splitlines() if "async_step" in ln]
+        print(f"  async, rank {r} faulthandler: {stack[0].strip() if stack else '(no dump)'}")
+    lines = res[0]["lines"]
+    stack0 = [ln for ln in res[0]["faulthandler async"].splitlines() if "async_step" in ln]
+    kit.check_true(
+        f"asynchronous collectives: rank 0's stack is at the wait (line {lines['wait']}), not "
+        "at the all_reduce calls",
+        any(f"line {lines['wait']} in async_step" in ln for ln in stack0),
+        str(stack0),
+    )
+
+# %% [markdown]
 # ## 2. The flight recorder
-# With `TORCH_FR_BUFFER_SIZE=N` torch keeps each rank's last N collectives — sequence
-# number, op, sizes, state, Python stack — and `torch._C._distributed_c10d._dump_fr_trace()`
-# returns them (a pickle; NCCL jobs also dump on a timeout, and `python -m
-# torch.distributed.flight_recorder.fr_trace` compares the ranks' dumps). On torch 2.13 it
-# records gloo's collectives too. Side by side, the two ranks part at collective #2.
+# With `TORCH_FR_BUFFER_SIZE=N` (NCCL's older name: `TORCH_NCCL_TRACE_BUFFER_SIZE`) torch
+# keeps each rank's last N collectives — sequence number, op, sizes, state, the Python stack
+# that issued it — and `torch._C._distributed_c10d._dump_fr_trace()` returns them (a
+# pickle). On torch 2.13 it records gloo's collectives too. This is the tool for a hung
+# NCCL job: with `TORCH_NCCL_DUMP_ON_TIMEOUT=1` every rank writes its recorder to a file
+# when the watchdog times out (the prefix is `TORCH_FR_DUMP_TEMP_FILE`), and
+# `python -m torch.distributed.flight_recorder.fr_trace DIR` (or `torchfrtrace DIR`) lines
+# up the ranks' files and names the first collective that does not match.
+#
+# Side by side, the ops part at #2 (all-reduce vs barrier) — but each entry's frames say
+# which line issued it, and they part at #1 already: rank 0's first all-reduce comes from
+# the `stats` line, rank 1's from the `grad` line.
 
 # %%
 if __name__ == "__main__":
@@ -228,6 +330,60 @@ if __name__ == "__main__":
     ops = [[op for _, op, _ in res[r]["recorder"]] for r in range(WORLD)]
     kit.check_true("flight recorder: #2 is an all_reduce on rank 0, a barrier on rank 1",
                    ops[0][1:2] == ["gloo:all_reduce"] and ops[1][1:2] == ["gloo:barrier"], str(ops))  # fmt: skip
+    first = [res[r]["recorder"][0][2] for r in range(WORLD)]
+    lines = res[0]["lines"]
+    kit.check_true(
+        "flight recorder frames: #1 already differs — rank 0 from the stats line, rank 1 "
+        "from the grad line",
+        first == [[lines["stats"]], [lines["grad"]]],
+        f"{first} vs stats {lines['stats']}, grad {lines['grad']}",
+    )
+
+# %% [markdown]
+# `fr_trace` on the two ranks' dumps. gloo's dump lacks the table of groups NCCL's carries
+# (`pg_config` is empty), so it is filled in — the group's name and its ranks 0 and 1 —
+# before the files are written. `fr_trace` matches entries by sequence number, op and
+# sizes (not by frames): it names #2 and the culprit rank.
+
+# %%
+if __name__ == "__main__":
+    try:
+        # importing it logs "tabulate is not installed" (its logger writes to stderr)
+        with contextlib.redirect_stderr(io.StringIO()):
+            from torch.distributed.flight_recorder import fr_trace
+    except ImportError:  # older torch: the analyser lived in tools/, outside the package
+        fr_trace = None
+    if fr_trace is None:
+        print("  (fr_trace skipped: this torch has no torch.distributed.flight_recorder)")
+    else:
+        folder = tempfile.mkdtemp(prefix="lesson36-fr-")
+        for r in range(WORLD):
+            dump = res[r]["recorder dump"]
+            name, desc = dump["entries"][0]["process_group"]
+            dump["pg_config"] = {
+                name: {"name": name, "desc": desc, "ranks": str(list(range(WORLD)))}
+            }
+            with open(os.path.join(folder, f"rank_{r}"), "wb") as f:
+                pickle.dump(dump, f)
+        records: list[logging.LogRecord] = []  # fr_trace reports through this logger
+        log = logging.getLogger("Flight Recorder")
+        handlers, log.handlers = log.handlers, []
+        collect = logging.Handler()
+        collect.emit = records.append
+        log.addHandler(collect)
+        try:
+            fr_trace.main([folder])
+        finally:
+            log.handlers = handlers
+        said = "\n".join(r.getMessage() for r in records).splitlines()
+        found = [ln.strip() for ln in said if "has errors" in ln or "error msg" in ln]
+        print("  fr_trace: " + "\n  fr_trace: ".join(found))
+        kit.check_true(
+            "fr_trace names collective #2: rank 1 ran a barrier where an all_reduce was due",
+            any("sequence number: 2 has errors" in ln for ln in found)
+            and any("Culprit rank 1" in ln and "barrier" in ln for ln in found),
+            str(found),
+        )
 
 # %% [markdown]
 # ## 3. `monitored_barrier`
@@ -280,11 +436,39 @@ if __name__ == "__main__":
         all("out of step" in res[r]["checked"]["error"] for r in range(WORLD))
         and "grad" not in res[1]["checked"],
     )
+
+# %% [markdown]
+# The calling line is also checked mode's blind spot: it compares *where* each rank calls
+# from, so correct code in which the ranks call the same collective from different lines
+# (`correct_step`: an `if`/`else` with the same all-reduce in both branches) is rejected
+# too. The default mode runs it and sums right. Move such a call out of the branch, or check
+# that part of the program without checked mode.
+
+# %%
+if __name__ == "__main__":
+    for key in ("correct", "checked, correct"):
+        for r in range(WORLD):
+            got = res[r][key]
+            print(f"  {key:<17} rank {r}: " + (got["error"].splitlines()[0][:150]
+                  if got["error"] else f"sum {got['x'].tolist()}"))  # fmt: skip
+    kit.check_true(
+        "correct code, matched all-reduces from different lines: default mode sums right, "
+        "checked mode rejects it on every rank",
+        all(not res[r]["correct"]["error"] and res[r]["correct"]["x"][0].item() == 3.0
+            for r in range(WORLD))
+        and all(res[r]["checked, correct"]["error"].startswith(MismatchError.__name__)
+                and "different places" in res[r]["checked, correct"]["error"]
+                for r in range(WORLD)),
+    )  # fmt: skip
     kit.done()
 
 # %% [markdown]
-# **What to reach for.** Hung right now: `py-spy dump` every rank (or have `faulthandler`
-# armed) — the stacks show who waits where. Afterwards: the flight recorder's per-rank log.
-# To find it early in development: `TORCH_DISTRIBUTED_DEBUG=DETAIL` or minidp's checked mode
-# (both slower: an extra exchange per collective), and `monitored_barrier` at step
-# boundaries. And always a timeout shorter than 30 minutes when debugging.
+# **What to reach for.** A CPU job (gloo) hung right now: `py-spy dump` every rank (or have
+# `faulthandler` armed) — its collectives are synchronous, so the stacks show who waits
+# where. A GPU job (NCCL): the stacks show the next sync point, not the collective; run with
+# the flight recorder on (`TORCH_FR_BUFFER_SIZE`, `TORCH_NCCL_DUMP_ON_TIMEOUT=1`), let the
+# watchdog time out, and read the dumps with `fr_trace` — then each entry's frames for the
+# lines. To find it early in development: `TORCH_DISTRIBUTED_DEBUG=DETAIL` or minidp's
+# checked mode (both slower: an extra exchange per collective; checked mode also rejects
+# matched calls from different lines), and `monitored_barrier` at step boundaries. And a
+# timeout shorter than the defaults (30 minutes, NCCL 10) when debugging.
