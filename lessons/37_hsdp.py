@@ -25,13 +25,20 @@
 #
 # * forward and backward all-gather the weights **within the row** (the node);
 # * backward reduce-scatters the gradients within the row, then **all-reduces each shard
-#   down its column** — so only 1/S of the gradient crosses nodes, per rank, per step;
+#   down its column** — so what crosses nodes is each rank's 1/S shard of the gradient, in
+#   an all-reduce over the R replicas: a ring sends 2(R-1)/R of its input per rank, so
+#   2(R-1)/R · 1/S of the gradient per rank per step (1/S at R = 2, nearly 2/S for many);
 # * memory per rank is FSDP's over **S** ranks (the row), not over all S x R: the price.
 #
 # The same idea appears as **MiCS** (Zhang et al., 2022: partition the model states
-# within a small group, replicate across groups, sync gradients hierarchically) and, for
-# the weights only, as **ZeRO++'s hpZ** (Wang et al., 2023: a second, node-local shard of
-# the weights so that backward's all-gather stays inside the node).
+# within a small group, replicate across groups, sync gradients hierarchically), as FSDP1's
+# `FullyShardedDataParallel(..., sharding_strategy=ShardingStrategy.HYBRID_SHARD)` (and
+# `_HYBRID_SHARD_ZERO2`, which also keeps the weights gathered from forward to backward),
+# and, for the weights only, as **ZeRO++'s hpZ** (Wang et al., 2023: a second, node-local
+# shard of the weights so that backward's all-gather stays inside the node) — FSDP2's
+# `fully_shard(..., reshard_after_forward=8)`: after forward each unit keeps a shard over
+# 8 ranks (a node) instead of all of them, and backward gathers within it
+# (`minidp/fsdp/post_forward.py` does the same).
 #
 # Here 4 rank processes play 2 nodes of 2 GPUs: minidp's HSDP against FSDP2's, then the
 # bytes sent within and across nodes (FSDP over 4 vs HSDP 2 x 2), then memory per rank.
@@ -55,6 +62,7 @@ from minidp.zero.memory import measure
 R, S = 2, 2  # replicas (nodes) x shard size (GPUs per node)
 NAMES = ("replicate", "shard")
 VOCAB, DIM, STEPS = 64, kit.pick(64, 32), kit.pick(4, 2)
+WIDE = 384  # section 3's 4 x 1 model: each unit's gradient 591 KB, above 256 KiB
 warnings.filterwarnings("ignore", message="FSDP2-wrapped module")  # a view output: harmless
 
 
@@ -81,6 +89,20 @@ class TinyLM(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(x)
+
+
+class Wide(nn.Module):
+    """Two wide layers, each an FSDP unit: gradients big enough for minidp's ring all-reduce
+    (``minidp.comm``: tensors up to 256 KiB take one direct exchange instead)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(WIDE, WIDE) for _ in range(2))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = torch.tanh(block(x))
+        return x
 
 
 def shard_all(model, fully_shard, **kw):
@@ -114,6 +136,55 @@ def sent_by_node(log: trace.MessageLog, to_global, since: int, me: int) -> dict:
     return out
 
 
+def wide_replicas(rank: int) -> dict:
+    """HSDP on a (4, 1) mesh — R = 4 replicas of a 1-rank shard — the Wide model, two steps:
+    the bytes the column group (the all-reduce) sent in the second."""
+    mesh = minidp.init_device_mesh("cpu", (R * S, 1), mesh_dim_names=NAMES)
+    log = trace.MessageLog()
+    tapped = DeviceMesh(mesh.mesh, NAMES, [
+        trace.tap(mesh.get_group("replicate"), log, copy=False), mesh.get_group("shard")])  # fmt: skip
+    torch.manual_seed(0)
+    model = shard_all(Wide(), minidp.fully_shard, mesh=tapped)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x = torch.randn(8, WIDE, generator=torch.Generator().manual_seed(rank))
+    for _ in range(2):  # the second step is measured
+        since = len(log.messages)
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    sent = sum(m.nbytes for m in log.messages[since:] if m.kind == "send")
+    return {"sent": sent, "messages": sum(m.kind == "send" for m in log.messages[since:])}
+
+
+def fsdp2_accumulate(rank: int, world: int) -> dict:
+    """FSDP2 HSDP, one step of two micro-batches, the first with set_requires_all_reduce(False):
+    the all-reduces (dist.all_reduce, what FSDP2 calls for the replicas) in each."""
+    if kit.why_no_fsdp2():
+        return {}
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = shard_all(
+        TinyLM(), fully_shard, mesh=init_device_mesh("cpu", (R, S), mesh_dim_names=NAMES)
+    )
+    calls, original = [], dist.all_reduce
+    g = torch.Generator().manual_seed(200 + rank)
+    per_micro = []
+    dist.all_reduce = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        for last in (False, True):
+            model.set_requires_all_reduce(last)  # the micro-batches before the last: no
+            before = len(calls)
+            tokens = torch.randint(0, VOCAB, (4, 17), generator=g)
+            F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward()
+            per_micro.append(len(calls) - before)
+    finally:
+        dist.all_reduce = original
+    return {"all-reduces": per_micro, "units": 1 + len(model.blocks)}
+
+
 def hsdp_lesson(rank: int, world: int) -> dict:
     mesh = minidp.init_device_mesh("cpu", (R, S), mesh_dim_names=NAMES)
     row, col = mesh.mesh[rank // S].tolist(), mesh.mesh[:, rank % S].tolist()
@@ -145,6 +216,7 @@ def hsdp_lesson(rank: int, world: int) -> dict:
         if i == STEPS - 1:  # measure the last step
             since = {k: len(log.messages) for k, log in logs.items()}
             counted = {n: traffic(models[n]).sent_bytes for n in ("hsdp", "fsdp 4")}
+            row_only = traffic(models["fsdp row"]).sent_bytes
         for name, model in models.items():
             step(model, opts[name], tokens)
     to_global = {"row": lambda r: row[r], "column": lambda r: col[r], "world": int}
@@ -152,6 +224,8 @@ def hsdp_lesson(rank: int, world: int) -> dict:
     out = {
         "row": row, "column": col, "links": links,
         "counted": {n: traffic(models[n]).sent_bytes - b for n, b in counted.items()},
+        "fsdp row sent": traffic(models["fsdp row"]).sent_bytes - row_only,
+        "wide": wide_replicas(rank), "accumulate": fsdp2_accumulate(rank, world),
         "memory": {n: measure(models[n], opts[n]) for n in ("hsdp", "fsdp 4", "fsdp row")},
         "hsdp": {n: p.detach() for n, p in full_state_dict(models["hsdp"]).items()},
         "shard": [p.detach() for p in models["hsdp"].parameters()],
@@ -168,6 +242,12 @@ if __name__ == "__main__":
     res = kit.spawn(hsdp_lesson, R * S)
     for rank, r in enumerate(res):
         print(f"  rank {rank}: shards with {r['row']} (its node), replicates with {r['column']}")
+    from torch.distributed.fsdp import ShardingStrategy
+
+    kit.check_true(
+        "FSDP1's names for HSDP: ShardingStrategy.HYBRID_SHARD and _HYBRID_SHARD_ZERO2",
+        {"HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"} <= set(ShardingStrategy.__members__),
+    )
     kit.check_true(
         "the mesh's rows are the shard groups, its columns the replicate groups",
         [r["row"] for r in res] == [[0, 1], [0, 1], [2, 3], [2, 3]]
@@ -211,11 +291,12 @@ if __name__ == "__main__":
         "the tapped messages add up to FSDP's own byte counter (every rank, both layouts)",
         all(sum(r["by node"][n].values()) == r["counted"][n] for r in res for n in r["counted"]),
     )
+    row_sent = [sum(r["links"]["row"].values()) for r in res]
     kit.check_true(
-        "HSDP: the all-gathers and reduce-scatters (row group) never leave the node, the "
-        "all-reduce (column group) always does",
-        all(r["links"]["row"]["other node"] == 0 for r in res)
-        and all(r["links"]["column"]["own node"] == 0 for r in res),
+        "HSDP's row group carries exactly what FSDP over the row alone sends (the same "
+        "all-gathers and reduce-scatters, byte for byte, every rank)",
+        row_sent == [r["fsdp row sent"] for r in res],
+        f"{row_sent} vs {[r['fsdp row sent'] for r in res]}",
     )
     fsdp_cross = [r["by node"]["fsdp 4"]["other node"] for r in res]
     kit.check_true(
@@ -226,10 +307,17 @@ if __name__ == "__main__":
     )  # fmt: skip
 
 # %% [markdown]
-# What crosses nodes under HSDP is each rank's gradient *shard*: a ring all-reduce over
-# R = 2 sends 2(R-1)/R = 1 times its bytes. From the shapes alone, the padded shard is
-# `ceil(rows / S) x row` elements of every parameter, 4 bytes each: 1/S of the gradient.
-# The measurement must match it up to the collectives' small headers.
+# What crosses nodes under HSDP is each rank's gradient *shard*, in an all-reduce over the
+# R replicas. A ring all-reduce cuts its input in R chunks and runs R-1 steps of
+# reduce-scatter, then R-1 of all-gather, each sending one chunk: 2(R-1)/R of the input per
+# rank. The input is the padded shard, `ceil(rows / S) x row` elements of every parameter, 4
+# bytes each — 1/S of the gradient — so each rank sends 2(R-1)/R · 1/S of the gradient
+# across nodes: 1/S at R = 2 (the measurement below), and towards 2/S as R grows. A second
+# run checks R = 4: the same ranks as a (4, 1) mesh (4 replicas of a 1-rank shard, every
+# column message crossing nodes) with the `Wide` model, whose unit gradients are above the
+# 256 KiB up to which minidp's all-reduce sends a small tensor in one direct exchange
+# instead ((R-1) times its bytes: the ring's at R = 2, twice it at R = 4). Both must match
+# the formula up to the collectives' small headers.
 
 # %%
 if __name__ == "__main__":
@@ -241,9 +329,22 @@ if __name__ == "__main__":
     print(f"  gradient {4 * numel:,} bytes; its padded 1/{S} shard {shard_bytes:,} bytes; "
           f"HSDP sent to the other node per rank {hsdp_cross}")  # fmt: skip
     kit.check_true(
-        f"HSDP: each rank sends 1/S of the gradient across nodes ({shard_bytes:,} B + headers)",
+        f"R = 2: each rank sends 2(R-1)/R x 1/S = 1/S of the gradient across nodes "
+        f"({shard_bytes:,} B + headers)",
         all(shard_bytes <= b <= 1.02 * shard_bytes for b in hsdp_cross), f"{hsdp_cross}",
     )  # fmt: skip
+    r4 = R * S  # the (4, 1) run: 4 replicas, shard size 1
+    wide = 4 * sum(p.numel() for p in Wide().parameters())  # the gradient, all of it (S = 1)
+    ring = 2 * (r4 - 1) / r4 * wide
+    wide_sent = [r["wide"]["sent"] for r in res]
+    print(f"  R = {r4}, S = 1: gradient {wide:,} B; 2(R-1)/R of it {ring:,.0f} B; sent down the "
+          f"column per rank {wide_sent} ({wide_sent[0] / wide:.3f}x the gradient)")  # fmt: skip
+    kit.check_true(
+        f"R = {r4}: each rank sends 2(R-1)/R = {2 * (r4 - 1) / r4} x its shard across nodes "
+        "(+ headers), not 1/S",
+        all(ring <= b <= 1.02 * ring for b in wide_sent),
+        f"{wide_sent} vs {ring:,.0f}",
+    )
     kit.check_true(
         "summed over ranks, HSDP sends fewer bytes across nodes than FSDP over 4",
         sum(hsdp_cross) < sum(fsdp_cross),
@@ -257,6 +358,27 @@ if __name__ == "__main__":
 # sends only the gradient shards across, once per step, after the reduce-scatter: work
 # that overlaps backward. At 2 x 2 it even sends fewer bytes in total, because each
 # all-gather has 2 ranks instead of 4 ((S-1)/S of the weights instead of 3/4).
+#
+# Gradient accumulation under HSDP has a middle way between syncing every micro-batch and
+# `set_requires_gradient_sync(False)` (which keeps the whole unsharded gradient, lesson 32):
+# FSDP2's `set_requires_all_reduce(False)` on the micro-batches before the last still
+# reduce-scatters inside the node — each rank keeps only its shard's sum — but skips the
+# all-reduce across nodes until the last one. (minidp's `fully_shard` does not have it.)
+# FSDP2, counted at `dist.all_reduce`:
+
+# %%
+if __name__ == "__main__":
+    acc = [r["accumulate"] for r in res]
+    if not acc[0]:
+        print(f"  (FSDP2 skipped: {kit.why_no_fsdp2()})")
+    else:
+        print(f"  all-reduces per micro-batch, set_requires_all_reduce(False) then (True): "
+              f"{[a['all-reduces'] for a in acc]} ({acc[0]['units']} units)")  # fmt: skip
+        kit.check_true(
+            "set_requires_all_reduce(False): no all-reduce across nodes; the last micro-batch "
+            "all-reduces every unit's shard once",
+            all(a["all-reduces"] == [0, a["units"]] for a in acc),
+        )
 #
 # ## 4. Memory: FSDP's over S ranks, not over S x R
 # The model states per rank (weights, gradients, AdamW's state) read from the tensors
