@@ -457,7 +457,7 @@ if __name__ == "__main__":
         all(not res[r]["correct"]["error"] and res[r]["correct"]["x"][0].item() == 3.0
             for r in range(WORLD))
         and all(res[r]["checked, correct"]["error"].startswith(MismatchError.__name__)
-                and "different places" in res[r]["checked, correct"]["error"]
+                and "different lines" in res[r]["checked, correct"]["error"]
                 for r in range(WORLD)),
     )  # fmt: skip
     kit.done()

@@ -203,10 +203,14 @@ def _reshaped(rank, world):
     [
         (
             _swapped,
-            r"all_reduce \(checked mode\): ranks are out of step — rank 1 is at collective #0 "
-            r"of this group, rank 0 at #0, and they call from different places",
+            r"all_reduce \(checked mode\): rank 1 and rank 0 are both at collective #0 of "
+            r"this group but call it from different lines .* or they are out of step",
         ),
-        (_skipped, r"all_reduce \(checked mode\): ranks are out of step .* different places"),
+        (
+            _skipped,
+            r"all_reduce \(checked mode\): rank 1 and rank 0 are both at collective #0 "
+            r".*different lines",
+        ),
         (
             _reshaped,
             r"all_reduce \(checked mode\): rank 1 passed \[all_reduce, shape \(3, 2\) "
@@ -263,7 +267,7 @@ def test_minidp_debug_detail_env_and_mixed_modes(monkeypatch):
     monkeypatch.setenv("MINIDP_DEBUG", "DETAIL")  # the rank processes inherit it
     for found in spawn(_env_checked, 2, timeout=LONG):
         assert len(found) == 2
-        assert "all_reduce (checked mode): ranks are out of step" in found[0]
+        assert "all_reduce (checked mode): rank 1 and rank 0 are both at collective" in found[0]
         assert "checked mode is on for ranks [0] only — set MINIDP_DEBUG=DETAIL" in found[1]
 
 

@@ -289,7 +289,7 @@ def _compare_fingerprints(table: list[list[int]], kind: str, extra_name: str, ra
                 f"rank 0 passed [{_describe(table[0], extra_name)}] — same number of elements, "
                 "different shapes: every rank must pass the same shape"
             )
-        if table[r][seq] != table[0][seq] or table[r][where] != table[0][where]:
+        if table[r][seq] != table[0][seq]:
             same = "the same line" if table[r][where] == table[0][where] else "different places"
             raise MismatchError(
                 f"{kind} (checked mode): ranks are out of step — rank {r} is at collective "
@@ -297,4 +297,14 @@ def _compare_fingerprints(table: list[list[int]], kind: str, extra_name: str, ra
                 f"call from {same} (this rank, {rank}, calls from {site}). A rank skipped, "
                 "added or reordered a collective: every rank must call the same collectives "
                 "in the same order"
+            )
+        if table[r][where] != table[0][where]:
+            raise MismatchError(
+                f"{kind} (checked mode): rank {r} and rank 0 are both at collective "
+                f"#{table[0][seq]} of this group but call it from different lines (this rank, "
+                f"{rank}, calls from {site}). Either the ranks took different branches to "
+                "matching calls — checked mode cannot tell that from two calls that only look "
+                "alike, so it stops — or they are out of step. Hint: call the collective from "
+                "one line on every rank (e.g. after the if/else), or turn checked mode off for "
+                "this code"
             )
