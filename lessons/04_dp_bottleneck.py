@@ -9,7 +9,7 @@
 # threads fight over Python's GIL. Instead of repeating that, we measure each claim on
 # one DP step with n simulated devices:
 #
-# 1. **bytes per device** (`minidp.dp.memory_report`): what each device holds;
+# 1. **bytes per device** (`minidp.tools.planner.dp_memory.memory_report`): what each device holds;
 # 2. **traffic through the main device**, stage by stage, counted from the actual tensors
 #    that cross a device boundary: scatter (inputs out), replicate (parameters out, every
 #    step), gather (outputs in), backward (output gradients out, parameter gradients in);
@@ -24,9 +24,10 @@ import torch
 from torch import nn
 
 import minidp
-from minidp.bench.verdict import compare, interleave
-from minidp.dp import gather, memory_report, parallel_apply, replicate, scatter
+from minidp.dp import gather, parallel_apply, replicate, scatter
 from minidp.dp.devices import official_data_parallel
+from minidp.tools.bench.verdict import compare, interleave
+from minidp.tools.planner.dp_memory import memory_report
 
 kit.title("Lesson 4: DP's main-device bottleneck, measured")
 torch.set_num_threads(1)

@@ -32,7 +32,7 @@ import torch.distributed as dist
 import minidp
 from minidp.comm import group as groups
 from minidp.comm import ring, textbook
-from minidp.demo import ring as ring_demo
+from minidp.tools.demo import ring as ring_demo
 
 # %% [markdown]
 # ## 1. Step by step, on 4 real ranks

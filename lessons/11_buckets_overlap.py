@@ -35,8 +35,8 @@ from torch import nn
 
 import minidp
 from minidp import trace
-from minidp.bench.verdict import compare
 from minidp.ddp import compute_bucket_assignment_by_size, textbook
+from minidp.tools.bench.verdict import compare
 
 WORLD = 2
 WIDTH, DEPTH = kit.pick((512, 6), (128, 4))

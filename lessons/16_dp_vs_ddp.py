@@ -25,9 +25,9 @@ import torch.distributed as dist
 from torch import nn
 
 import minidp
-from minidp.bench.verdict import compare, interleave
-from minidp.dp import memory_report
 from minidp.dp.devices import official_data_parallel
+from minidp.tools.bench.verdict import compare, interleave
+from minidp.tools.planner.dp_memory import memory_report
 
 WIDTH, DEPTH = kit.pick((512, 4), (64, 2))
 BATCH = kit.pick(512, 64)  # global batch
@@ -135,7 +135,7 @@ if __name__ == "__main__":
     )
 # %% [markdown]
 # ## Memory: who holds what
-# DP: per simulated device, from `minidp.dp.memory_report`. DDP: every rank holds the
+# DP: per simulated device, from `minidp.tools.planner.dp_memory.memory_report`. DDP: every rank holds the
 # whole model, its gradients and the flat bucket buffers (one more gradient-sized copy,
 # unless `gradient_as_bucket_view=True`), for its half of the batch.
 
@@ -157,7 +157,7 @@ if __name__ == "__main__":
 # ## What the numbers say about the claims
 # A claim gets a verdict only when the difference is bigger than the run-to-run noise: the
 # methods took turns, each pair of turns gives one ratio, and a winner is named only when
-# the middle half of those ratios lies on one side of 1.0 (`minidp.bench.verdict`).
+# the middle half of those ratios lies on one side of 1.0 (`minidp.tools.bench.verdict`).
 # Otherwise the honest answer is "inconclusive on this machine".
 
 # %%

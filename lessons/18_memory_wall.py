@@ -34,9 +34,9 @@ from torch import nn
 
 import minidp
 from minidp.launch import run_threads
-from minidp.zero import plan
-from minidp.zero.memory import measure, storage_bytes
-from minidp.zero.stages import step_and_measure, train_step
+from minidp.tools.planner import plan
+from minidp.tools.planner.memory import measure, storage_bytes
+from minidp.tools.planner.stages import step_and_measure, train_step
 
 WIDTH = kit.pick(256, 64)
 

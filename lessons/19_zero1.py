@@ -25,7 +25,7 @@
 # parameters instead — which is ZeRO-2's step (lesson 20: 1.0×). Measured below.
 #
 # Ranks are processes (torch's DDP and ZeRO need a real process group); the traffic is
-# counted in a thread world (`minidp.zero.stages.step_traffic`).
+# counted in a thread world (`minidp.tools.planner.stages.step_traffic`).
 
 # %%
 import copy
@@ -37,10 +37,10 @@ from torch import nn
 
 import minidp
 from minidp.launch import run_threads
+from minidp.tools.planner.memory import optimizer_tensors, storage_bytes
+from minidp.tools.planner.stages import step_traffic
 from minidp.zero import ZeroRedundancyOptimizer
-from minidp.zero.memory import optimizer_tensors, storage_bytes
 from minidp.zero.partition import partition_parameters
-from minidp.zero.stages import step_traffic
 from minidp.zero.textbook import TextbookZero1
 
 WORLD, STEPS, WIDTH = 2, kit.pick(5, 3), kit.pick(64, 32)

@@ -29,9 +29,9 @@ from torch import nn
 import minidp
 from minidp.fsdp.dtensor import PlainShardsWarning
 from minidp.launch import run_threads
-from minidp.zero import plan
-from minidp.zero.memory import measure
-from minidp.zero.stages import step_and_measure, train_step
+from minidp.tools.planner import plan
+from minidp.tools.planner.memory import measure
+from minidp.tools.planner.stages import step_and_measure, train_step
 
 # The measurements below run their ranks as threads, whose shards are plain tensors (no
 # DTensor): fine for counting bytes, which is all this lesson does with them.

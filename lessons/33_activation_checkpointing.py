@@ -16,7 +16,7 @@
 # Under FSDP the recompute needs the block's full weights. FSDP2 gathers a unit when
 # backward reaches it anyway, so a checkpointed *unit* recomputes while gathered: no extra
 # all-gather. Here: the bytes kept, measured with `saved_tensors_hooks` against the
-# estimate in `minidp/zero/activations.py` (Korthikanti et al., 2022); the same bits with
+# estimate in `minidp/tools/planner/activations.py` (Korthikanti et al., 2022); the same bits with
 # and without checkpointing; minidp and FSDP2 with checkpointing on 2 ranks, all-gathers
 # counted; and the planner's numbers for a real model.
 
@@ -33,8 +33,8 @@ from torch.utils.checkpoint import checkpoint
 
 import minidp
 from minidp import trace
-from minidp.zero import plan
-from minidp.zero.activations import logits_bytes, stack_bytes
+from minidp.tools.planner import plan
+from minidp.tools.planner.activations import logits_bytes, stack_bytes
 
 WORLD, STEPS = 2, 2
 VOCAB, DIM, HEADS, BLOCKS = kit.pick((64, 64, 4, 4), (32, 32, 4, 3))

@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import minidp
-from minidp.zero import plan
-from minidp.zero.memory import measure, storage_bytes
+from minidp.tools.planner import plan
+from minidp.tools.planner.memory import measure, storage_bytes
 
 WORLD, PSI = 2, 14.7e9  # Qwen2.5-14B's parameters (lesson 23)
 DIM, LAYERS, RANK = kit.pick(64, 32), kit.pick(4, 2), 4  # RANK: LoRA's r

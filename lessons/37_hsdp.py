@@ -56,8 +56,8 @@ import minidp
 from minidp import trace
 from minidp.comm.mesh import DeviceMesh
 from minidp.fsdp import full_state_dict, traffic
-from minidp.zero import plan
-from minidp.zero.memory import measure
+from minidp.tools.planner import plan
+from minidp.tools.planner.memory import measure
 
 R, S = 2, 2  # replicas (nodes) x shard size (GPUs per node)
 NAMES = ("replicate", "shard")
@@ -382,7 +382,7 @@ if __name__ == "__main__":
 #
 # ## 4. Memory: FSDP's over S ranks, not over S x R
 # The model states per rank (weights, gradients, AdamW's state) read from the tensors
-# (`minidp.zero.memory.measure`): HSDP holds exactly what FSDP within one node holds — and
+# (`minidp.tools.planner.memory.measure`): HSDP holds exactly what FSDP within one node holds — and
 # about twice FSDP over all 4 ranks. The planner's HSDP row (`--shard-size`) is that.
 
 # %%
@@ -419,7 +419,7 @@ if __name__ == "__main__":
 
 # %%
 if __name__ == "__main__":
-    from minidp.zero import plan_cli
+    from minidp.tools.planner import plan_cli
 
     psi = plan.MODELS["llama-3-70b"]
     totals = {s: plan.plan(psi, 64, 80, shard_size=s)[-1].total / plan.GIB for s in (8, 16, 32)}

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import minidp
-import minidp.bench.verdict
+import minidp.tools.bench.verdict
 
 FAST = os.environ.get("MINIDP_LESSON_FAST", "") not in ("", "0")
 HERE = Path(__file__).resolve().parent
@@ -56,7 +56,7 @@ def section(text: str) -> None:
 
 def machine() -> str:
     """One line describing the hardware the numbers were measured on."""
-    return minidp.bench.verdict.machine()
+    return minidp.tools.bench.verdict.machine()
 
 
 # ----------------------------------------------------------------------------- checks

@@ -7,7 +7,7 @@
     python -m minidp diagrams --out diagrams
     python -m minidp classroom --out classroom   # real runs, stepped through in a browser
 
-Each ``demo X`` / ``bench X`` lives in ``minidp/demo/X.py`` / ``minidp/bench/X.py`` as a
+Each ``demo X`` / ``bench X`` lives in ``minidp/tools/demo/X.py`` / ``minidp/tools/bench/X.py`` as a
 ``main(argv)`` function with its own ``--help``.
 """
 
@@ -17,6 +17,12 @@ import argparse
 import importlib
 import sys
 
+# where each command lives (the library itself never imports these: tests/test_imports.py)
+_PACKAGES = {
+    "diagrams": "tools.diagrams",
+    "exercise": "exercise",
+    "classroom": "tools.classroom",
+}
 DEMOS = {
     "ring": "ring all-reduce step by step: chunks moving and summing round the ring",
     "dp": "one DataParallel step: scatter, replicate, parallel_apply, gather, backward",
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             for which in DEMOS:
                 print(f"\n{'=' * 20} minidp demo {which} {'=' * 20}")
                 try:
-                    importlib.import_module(f"minidp.demo.{which}").main(["--help"])
+                    importlib.import_module(f"minidp.tools.demo.{which}").main(["--help"])
                 except SystemExit:  # argparse's --help exits after printing
                     pass
         return 0
@@ -89,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     if args.command in ("diagrams", "exercise", "classroom"):
-        module = importlib.import_module(f"minidp.{args.command}")
+        module = importlib.import_module(f"minidp.{_PACKAGES[args.command]}")
     elif args.command == "memory":
-        module = importlib.import_module("minidp.zero.plan_cli")
+        module = importlib.import_module("minidp.tools.planner.plan_cli")
     else:
-        module = importlib.import_module(f"minidp.{args.command}.{args.which}")
+        module = importlib.import_module(f"minidp.tools.{args.command}.{args.which}")
     return module.main(rest) or 0
 
 

@@ -1,4 +1,4 @@
-"""The activation estimate (``minidp/zero/activations.py``) against what torch keeps.
+"""The activation estimate (``minidp/tools/planner/activations.py``) against what torch keeps.
 
 Measured with ``torch.autograd.graph.saved_tensors_hooks``: every tensor an op saves for
 backward passes through ``pack``; the bytes of the distinct storages behind them, minus the
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from minidp.zero.activations import layer_bytes, logits_bytes, stack_bytes
+from minidp.tools.planner.activations import layer_bytes, logits_bytes, stack_bytes
 
 SEQ, BATCH, HIDDEN, HEADS, LAYERS = 32, 2, 64, 4, 3
 GQA = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)

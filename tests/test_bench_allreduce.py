@@ -5,7 +5,7 @@ Run: ``pytest tests/test_bench_allreduce.py``
 
 from __future__ import annotations
 
-from minidp.bench import allreduce
+from minidp.tools.bench import allreduce
 
 
 def test_bench_allreduce_prints_rows_for_every_algorithm(capsys):

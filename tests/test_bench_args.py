@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from minidp.bench import allreduce, ddp, dp, faults, scaling
+from minidp.tools.bench import allreduce, ddp, dp, faults, scaling
 
 CASES = [
     (allreduce, ["--worlds", "0"], r"--worlds: expected a world size of at least 2 ranks, got '0'"),

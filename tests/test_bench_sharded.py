@@ -13,7 +13,7 @@ import struct
 
 import pytest
 
-from minidp.bench import fsdp, phases, scaling, zero
+from minidp.tools.bench import fsdp, phases, scaling, zero
 
 FSDP2 = zero.no_fsdp2() is None
 VERDICT = r"target <= \d\.\d\dx: (meets it|misses it|inconclusive) \("

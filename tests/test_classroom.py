@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from minidp.classroom import Options, build_html, record, write_page
-from minidp.classroom.rec_link import fit
-from minidp.classroom.scenes import recognised
+from minidp.tools.classroom import Options, build_html, record, write_page
+from minidp.tools.classroom.rec_link import fit
+from minidp.tools.classroom.scenes import recognised
 
 OPTIONS = Options(world_size=4, numel=8, devices=2, batch=4, width=16)
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from minidp.classroom import write_page
+from minidp.tools.classroom import write_page
 
 CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip)")

@@ -16,10 +16,10 @@ import re
 
 import pytest
 
-from minidp.classroom import build_html, load_trace, write_page
-from minidp.classroom.cli import main as cli_main
-from minidp.classroom.page import check_trace, trace_notes
-from minidp.classroom.scenes import SCENES
+from minidp.tools.classroom import build_html, load_trace, write_page
+from minidp.tools.classroom.cli import main as cli_main
+from minidp.tools.classroom.page import check_trace, trace_notes
+from minidp.tools.classroom.scenes import SCENES
 
 
 def small(extra: list | None = None) -> dict:
@@ -214,7 +214,7 @@ def test_bad_options_fail_before_recording(capsys):
     ],
 )
 def test_bad_options_are_clear_errors(options, match):
-    from minidp.classroom import Options
+    from minidp.tools.classroom import Options
 
     with pytest.raises(ValueError, match=match):
         Options(**options).check()

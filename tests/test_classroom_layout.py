@@ -8,7 +8,7 @@ controls, no text under 18 px, no two labels overlapping, one scale for bytes (t
 of equal bytes equally long, across cards). ``LAYOUT`` is the check, run in the page; a
 page built to break each rule is caught by it (test_the_layout_check_can_fail). The
 what-if panel's figures, typed in through its inputs, equal the lessons' formulas and
-``minidp.zero.plan``'s, computed here.
+``minidp.tools.planner.plan``'s, computed here.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from test_classroom_browser import SCENES, open_page, recorded, select
 
-from minidp.zero import plan
+from minidp.tools.planner import plan
 
 __all__ = ["recorded"]
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
@@ -132,7 +132,7 @@ def test_the_layout_check_can_fail(projector):
     select(page, "ring")  # a fresh render for the next test
 
 
-# ---- the what-if panel against the lessons' formulas and minidp.zero.plan ------------------
+# ---- the what-if panel against the lessons' formulas and minidp.tools.planner.plan ----
 
 
 def test_the_lessons_state_the_formulas_checked_here():

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from minidp import trace
-from minidp.classroom.cli import main as cli_main
-from minidp.classroom.shots import browser_path
+from minidp.tools.classroom.cli import main as cli_main
+from minidp.tools.classroom.shots import browser_path
 
 REPO = Path(__file__).resolve().parents[1]
 START_S = 60.0  # the command imports torch before it serves: seconds on a loaded machine

@@ -19,7 +19,7 @@ from test_classroom_browser import dom, open_page, step_to
 from test_classroom_layout import LAYOUT
 
 from minidp import trace
-from minidp.classroom.cli import main as cli_main
+from minidp.tools.classroom.cli import main as cli_main
 
 
 def page_from(tmp_path, data: dict, capsys, name="t") -> tuple[str, str]:

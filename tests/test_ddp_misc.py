@@ -57,7 +57,7 @@ def test_example_script_runs_unchanged_under_torchrun():
 
 
 def test_demo_shows_a_step_and_ends_with_the_parity_check(capsys):
-    from minidp.demo import ddp as demo
+    from minidp.tools.demo import ddp as demo
 
     assert demo.main(["--world-size", "2"]) == 0
     out = capsys.readouterr().out
@@ -75,7 +75,7 @@ def test_demo_shows_a_step_and_ends_with_the_parity_check(capsys):
 
 
 def test_demo_overlap_counts_only_all_reduce_before_backward_ends():
-    from minidp.demo.ddp import overlap_ms
+    from minidp.tools.demo.ddp import overlap_ms
 
     events = [  # microseconds; backward ends at 10 ms
         {"name": "all-reduce bucket 0", "ts": 4000.0, "dur": 8000.0},  # 6 ms before the end
@@ -87,7 +87,7 @@ def test_demo_overlap_counts_only_all_reduce_before_backward_ends():
 
 
 def test_bench_quick_runs(capsys):
-    from minidp.bench import ddp as bench
+    from minidp.tools.bench import ddp as bench
 
     assert bench.main(["--quick", "--caps", "1"]) == 0
     out = capsys.readouterr().out

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from minidp.comm import agree
-from minidp.demo import ring
+from minidp.tools.demo import ring
 
 
 def test_record_ring_replays_the_real_run():

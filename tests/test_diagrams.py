@@ -66,7 +66,7 @@ def test_committed_pictures_exist():
 
 
 def test_only_and_bad_names():
-    from minidp import diagrams
+    from minidp.tools import diagrams
 
     with pytest.raises(SystemExit):
         diagrams.main(["--only", "nonsense"])

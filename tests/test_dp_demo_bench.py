@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from minidp.bench import dp as bench_dp
-from minidp.demo import dp as demo_dp
+from minidp.tools.bench import dp as bench_dp
+from minidp.tools.demo import dp as demo_dp
 
 
 def test_demo_runs_and_ends_with_passing_parity_checks(capsys):

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from minidp.dp import DataParallel, memory_report
-from minidp.dp.memory import format_bytes
+from minidp.dp import DataParallel
+from minidp.tools.planner.dp_memory import format_bytes, memory_report
 
 
 def nbytes(tensors) -> int:

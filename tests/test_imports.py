@@ -1,13 +1,19 @@
-"""Imports run one way: the library never imports the classroom tooling, and no module
-imports itself back through others (no circles).
+"""Three shelves, and imports run one way: engine <- book <- tools; no circles.
 
-The library (``comm``, ``launch``, ``dp``, ``ddp``, ``nn``, ``trace``, ``zero``, ``fsdp``,
-``identity``) sits below the ``python -m minidp ...`` tooling (``bench``, ``demo``,
-``diagrams``, ``exercise``, ``classroom``, ``__main__``), so a learner can read a library
-package without meeting a benchmark, and the tooling can change without touching what it
-measures. The
-graph is read from the source with ``ast`` (imports inside functions count too), not from
-``sys.modules``, so a lazy import cannot hide a back edge.
+``ls minidp/`` shows them:
+
+* the **engine** — the torch-faithful library: ``comm``, ``launch``, ``dp``, ``ddp``,
+  ``nn``, ``trace``, ``zero``, ``fsdp``, ``identity``;
+* the **book** — ``textbook/``: each idea as one short page, built on the engine's
+  point-to-point layer;
+* the **tools** — ``tools/`` (bench, demo, diagrams, classroom, planner), ``exercise`` and
+  ``__main__``: the ``python -m minidp ...`` commands.
+
+The engine imports neither the book nor the tools, the book does not import the tools, so
+a learner can read a library package without meeting a benchmark, and the tooling can
+change without touching what it measures. The graph is read from the source with ``ast``
+(imports inside functions count too), not from ``sys.modules``, so a lazy import cannot
+hide a back edge.
 
 Test: ``pytest tests/test_imports.py``
 """
@@ -19,8 +25,9 @@ import pathlib
 
 import minidp
 
-# minidp.<these> and below
-TOOLING = ("bench", "classroom", "demo", "diagrams", "exercise", "__main__")
+# minidp.<these> and below: the shelf each belongs to, lowest first
+SHELVES = {"textbook": 1, "tools": 2, "exercise": 2, "__main__": 2}  # anything else: 0, engine
+NAMES = ("engine", "book", "tools")
 
 
 def import_graph(package_dir: pathlib.Path) -> dict[str, set[str]]:
@@ -53,19 +60,19 @@ def import_graph(package_dir: pathlib.Path) -> dict[str, set[str]]:
     return graph
 
 
-def is_tooling(module: str) -> bool:
+def shelf(module: str) -> int:
+    """0 for the engine, 1 for the book, 2 for the tools (``minidp`` itself: the engine)."""
     parts = module.split(".")
-    return len(parts) > 1 and parts[1] in TOOLING
+    return SHELVES.get(parts[1], 0) if len(parts) > 1 else 0
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """Every ``library -> tooling`` edge, as ``"a -> b"``."""
+    """Every edge to a higher shelf (engine -> book or tools, book -> tools), ``"a -> b"``."""
     return [
         f"{m} -> {t}"
         for m, targets in sorted(graph.items())
-        if not is_tooling(m)
         for t in sorted(targets)
-        if is_tooling(t)
+        if shelf(t) > shelf(m)
     ]
 
 
@@ -94,12 +101,23 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 PACKAGE = pathlib.Path(minidp.__file__).parent
 
 
-def test_the_library_never_imports_the_classroom_tooling():
+def test_imports_run_down_the_shelves_only():
     graph = import_graph(PACKAGE)
     assert len(graph) > 50 and "minidp.comm.ring" in graph  # the scan saw the real package
     assert upward_imports(graph) == [], (
-        "library modules import classroom tooling (move the shared piece into the library)"
+        "the engine imports the book or the tools, or the book the tools (move the shared "
+        "piece down a shelf)"
     )
+
+
+def test_ls_minidp_shows_book_engine_and_tools():
+    """Every top-level entry is on a known shelf, and each shelf has members."""
+    entries = {p.stem for p in PACKAGE.iterdir() if p.name != "__pycache__"}
+    by_shelf = {name: sorted(e for e in entries if shelf(f"minidp.{e}") == i) for i, name in
+                enumerate(NAMES)}  # fmt: skip
+    assert by_shelf["book"] == ["textbook"]
+    assert {"tools", "exercise", "__main__"} <= set(by_shelf["tools"])
+    assert {"comm", "ddp", "fsdp", "zero"} <= set(by_shelf["engine"])
 
 
 def test_no_module_imports_itself_back():
@@ -108,20 +126,32 @@ def test_no_module_imports_itself_back():
 
 
 def test_the_checks_catch_a_back_edge(tmp_path):
-    """Mutation: a library module that imports a benchmark, which imports it back (once
-    with an absolute import inside a function, once with a relative one)."""
+    """Mutation: an engine module that imports a benchmark, which imports it back (once
+    with an absolute import inside a function, once with a relative one); a book page
+    that imports a tool; the engine importing the book."""
     root = tmp_path / "minidp"
-    for package in ("comm", "bench"):
+    for package in ("comm", "tools", "tools/bench", "textbook"):
         (root / package).mkdir(parents=True)
         (root / package / "__init__.py").write_text("")
     (root / "__init__.py").write_text("")
-    (root / "comm" / "ring.py").write_text("def f():\n    from minidp.bench import timing\n")
-    (root / "bench" / "timing.py").write_text("from minidp.comm import ring\n")
+    (root / "comm" / "ring.py").write_text("def f():\n    from minidp.tools.bench import timing\n")
+    (root / "tools" / "bench" / "timing.py").write_text("from minidp.comm import ring\n")
     graph = import_graph(root)
-    assert upward_imports(graph) == ["minidp.comm.ring -> minidp.bench.timing"]
-    assert find_cycle(graph) == ["minidp.bench.timing", "minidp.comm.ring", "minidp.bench.timing"]
+    assert upward_imports(graph) == ["minidp.comm.ring -> minidp.tools.bench.timing"]
+    assert find_cycle(graph) == [
+        "minidp.comm.ring",
+        "minidp.tools.bench.timing",
+        "minidp.comm.ring",
+    ]
     (root / "comm" / "ring.py").write_text("import torch\n")  # the fix: no back edge
     graph = import_graph(root)
     assert upward_imports(graph) == [] and find_cycle(graph) is None
-    (root / "comm" / "ops.py").write_text("from ..bench.timing import best\n")
-    assert upward_imports(import_graph(root)) == ["minidp.comm.ops -> minidp.bench.timing"]
+    (root / "comm" / "ops.py").write_text("from ..tools.bench.timing import best\n")
+    assert upward_imports(import_graph(root)) == ["minidp.comm.ops -> minidp.tools.bench.timing"]
+    (root / "comm" / "ops.py").write_text("import torch\n")
+    (root / "textbook" / "ring.py").write_text("from minidp.tools.bench import timing\n")
+    (root / "comm" / "direct.py").write_text("from minidp.textbook import ring\n")
+    assert upward_imports(import_graph(root)) == [
+        "minidp.comm.direct -> minidp.textbook.ring",
+        "minidp.textbook.ring -> minidp.tools.bench.timing",
+    ]

@@ -1,6 +1,6 @@
 """Memory made visible: measured model states per rank against the tensors and the ZeRO formulas.
 
-* The measurement (``minidp.zero.memory.measure``) after one real AdamW step of each stage
+* The measurement (``minidp.tools.planner.memory.measure``) after one real AdamW step of each stage
   in a thread world of 2 and 4 ranks equals an independent count from the model's shapes
   and each stage's ownership rule, byte for byte (step counters, padding and all), and
   sits within that slack of the paper's formula.
@@ -35,11 +35,11 @@ import torch
 from test_zero_support import TinyLM, Wide, memory_by_stage
 
 from minidp.launch import run_threads
-from minidp.zero import plan, plan_cli
-from minidp.zero.activations import layer_bytes, logits_bytes, stack_bytes
-from minidp.zero.memory import expected, measure
+from minidp.tools.planner import plan, plan_cli
+from minidp.tools.planner.activations import layer_bytes, logits_bytes, stack_bytes
+from minidp.tools.planner.memory import expected, measure
+from minidp.tools.planner.stages import step_and_measure, step_traffic, train_step
 from minidp.zero.partition import partition_parameters, row_range, rows_per_rank
-from minidp.zero.stages import step_and_measure, step_traffic, train_step
 
 STAGES = ["ddp", "zero1", "zero2"]
 
@@ -311,7 +311,7 @@ def test_minidp_memory_refuses_inf_from_the_command_line():
 
 @pytest.mark.slow
 def test_bench_zero_quick_runs(capsys):
-    from minidp.bench import zero
+    from minidp.tools.bench import zero
 
     assert zero.main(["--quick"]) == 0
     out = capsys.readouterr().out
@@ -322,7 +322,7 @@ def test_bench_zero_quick_runs(capsys):
 @pytest.mark.slow
 def test_bench_zero_hsdp_counts_its_theory(capsys):
     """At 4 ranks the HSDP rows run, and minidp's counted bytes are the formula's (+ headers)."""
-    from minidp.bench import zero
+    from minidp.tools.bench import zero
 
     assert zero.main(["--quick", "--world-size", "4"]) == 0
     out = capsys.readouterr().out

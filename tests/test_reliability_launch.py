@@ -22,9 +22,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from minidp.bench.fault_cases_launch import ctrl_c_during, orphans_after_parent_killed
-from minidp.bench.fault_scripts import SCRIPTS, run_script
 from minidp.launch import ProcessWorld, WorkerError, child_processes, launch, run_threads, spawn
+from minidp.tools.bench.fault_cases_launch import ctrl_c_during, orphans_after_parent_killed
+from minidp.tools.bench.fault_scripts import SCRIPTS, run_script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ def test_every_launcher_has_the_same_timeout_parameter_and_default():
 
 
 # ---- scripts: a missing __main__ guard, a function that lives only in __main__ ----------
-# (the scripts and how they are run: minidp/bench/fault_scripts.py, also bench rows)
+# (the scripts and how they are run: minidp/tools/bench/fault_scripts.py, also bench rows)
 
 
 def test_script_without_main_guard_is_one_clear_line(tmp_path):

@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from minidp.bench.abba import abba_block, sequential
-from minidp.bench.verdict import MIN_PAIRS, compare, interleave, ratio_interval, t975
+from minidp.tools.bench.abba import abba_block, sequential
+from minidp.tools.bench.verdict import MIN_PAIRS, compare, interleave, ratio_interval, t975
 
 
 def test_clear_difference_names_the_winner():

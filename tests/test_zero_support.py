@@ -189,7 +189,7 @@ def zero2_parity(rank: int, world: int, optimizers: list[str], steps: int = 4) -
 
 def memory_by_stage(rank: int, world: int, base: nn.Module, stages: list[str]) -> dict:
     """Each stage's measured model states and bytes sent per step, on this rank."""
-    from minidp.zero.stages import step_and_measure, step_traffic
+    from minidp.tools.planner.stages import step_and_measure, step_traffic
 
     x, y = batch(rank, 0)
     out = {}

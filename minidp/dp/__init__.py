@@ -6,13 +6,13 @@ Bench it: ``python -m minidp bench dp``
 
 Read in this order: :mod:`~minidp.dp.scatter`, :mod:`~minidp.dp.replicate`,
 :mod:`~minidp.dp.parallel_apply`, :mod:`~minidp.dp.gather`, then
-:mod:`~minidp.dp.data_parallel`, which chains them; :mod:`~minidp.dp.memory` shows where
-the bytes end up. ``device_ids=["cpu"] * n`` simulates ``n`` devices with ``n`` threads.
+:mod:`~minidp.dp.data_parallel`, which chains them; the planner's
+``minidp.tools.planner.dp_memory.memory_report`` shows where the bytes end up.
+``device_ids=["cpu"] * n`` simulates ``n`` devices with ``n`` threads.
 """
 
 from minidp.dp.data_parallel import DataParallel
 from minidp.dp.gather import gather
-from minidp.dp.memory import MemoryReport, memory_report
 from minidp.dp.parallel_apply import parallel_apply
 from minidp.dp.replicate import Broadcast, replicate
 from minidp.dp.scatter import scatter, scatter_kwargs
@@ -20,9 +20,7 @@ from minidp.dp.scatter import scatter, scatter_kwargs
 __all__ = [
     "Broadcast",
     "DataParallel",
-    "MemoryReport",
     "gather",
-    "memory_report",
     "parallel_apply",
     "replicate",
     "scatter",

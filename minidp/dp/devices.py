@@ -6,7 +6,8 @@ Test: ``pytest tests/test_dp_data_parallel.py -k device``
 any number of times: ``device_ids=["cpu"] * 4`` means four *simulated* devices, four
 replicas running on four threads of this process, so the whole pipeline can be watched
 on a laptop. A simulated device is a *slot*: slot ``i`` is replica ``i``; all slots share
-the machine's memory, so the byte counts of :mod:`minidp.dp.memory` are counted per slot.
+the machine's memory, so the planner's byte counts (``minidp.tools.planner.dp_memory``)
+are counted per slot.
 """
 
 from __future__ import annotations

@@ -13,17 +13,11 @@
 * ``partition.py``: who owns what (whole parameters, or dim-0 rows).
 * ``checks.py``: the errors (unsupported optimizer, ranks that disagree, sparse grads).
 * ``objects.py``: a Python object (a state dict) broadcast over minidp's collectives.
-* ``memory.py``: model-state bytes per rank read from the real tensors; ``stages.py``: one
-  step of DDP / ZeRO-1 / ZeRO-2 / FSDP, measured (memory and bytes sent).
-* ``plan.py``: the ZeRO paper's formulas for a real model; ``plan_cli.py``: ``python -m minidp
-  memory`` (HSDP with ``--shard-size``, activations with ``--seq``);
-  ``activations.py``: activation bytes of a transformer layer stack (Korthikanti et al.),
-  with and without checkpointing.
 
-Lessons 18-20 and 23; measure: ``python -m minidp bench zero``.
+The bytes each stage holds and sends, and the planner for real models, are tools:
+``minidp/tools/planner``. Lessons 18-20 and 23; measure: ``python -m minidp bench zero``.
 Test: ``pytest tests/test_zero.py tests/test_zero2.py tests/test_zero2_train.py
-tests/test_zero2_state.py tests/test_zero2_moves.py tests/test_memory.py
-tests/test_activations.py``
+tests/test_zero2_state.py tests/test_zero2_moves.py``
 """
 
 from minidp.zero.zero1 import ZeroRedundancyOptimizer
