@@ -86,21 +86,18 @@ def test_wrong_solution_that_raises_fails_with_its_hint(name, what, mistake):
     assert f"hint ({mistake}): " in text and "raised" in text
 
 
-def test_patching_torchs_clip_code_cannot_pass(tmp_path):
-    """torch.nn.utils.clip_grad is outside the checker's seal: the exercise keeps its own."""
-    src = (find("clip_grad_norm_shards").solution).read_text()
-    patch = "import torch.nn.utils.clip_grad as c\nc._get_total_norm = lambda *a, **k: 0\n"
-    (tmp_path / "clip_grad_norm_shards.py").write_text(src + patch)
-    import torch.nn.utils.clip_grad as c
-
-    original = c._get_total_norm
-    try:
-        rep = check(find("clip_grad_norm_shards"), tmp_path / "clip_grad_norm_shards.py",
-                    generated=0)  # fmt: skip
-    finally:
-        c._get_total_norm = original
-    assert not rep.passed and rep.failure.mistake.name == "changed the checker"
-    assert c._get_total_norm is original  # put back by the check itself too
+def test_patching_torchs_clip_code_in_the_sandbox_cannot_pass(tmp_path):
+    """The reference is computed in the judge's process: a file that patches torch's
+    clip_grad_norm_ (outside the seal) and clips nothing changes only the sandbox's copy."""
+    patch = (
+        "import torch.nn.utils.clip_grad as c\n"
+        "c._get_total_norm = lambda *a, **k: 0\n"
+        "def clip_grad_norm_shards(shards, max_norm, norm_type, group):\n"
+        "    return 0.0\n"
+    )
+    (tmp_path / "clip_grad_norm_shards.py").write_text(patch)
+    rep = check(find("clip_grad_norm_shards"), tmp_path / "clip_grad_norm_shards.py", generated=0)
+    assert not rep.passed and rep.failure.status == "wrong", printer.summary(rep)
 
 
 def test_clip_shards_follow_torch_chunk_including_empty_ones():
@@ -115,4 +112,4 @@ def test_hsdp_mesh_is_row_major_like_init_device_mesh():
     case = {"world": 6, "replicate": 2}
     assert mesh(case) == (2, 3)
     assert row_and_column(4, 2, 3) == ([3, 4, 5], [1, 4])  # rank 4: row [3, 4, 5], column [1, 4]
-    assert HSDP_REDUCE.budget is not None  # bytes are counted: a full all-reduce fails
+    assert HSDP_REDUCE.traffic is not None  # bytes are counted: a full all-reduce fails

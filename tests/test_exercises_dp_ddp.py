@@ -21,7 +21,7 @@ from minidp.dp import gather, scatter
 from minidp.exercise import check, find
 from minidp.exercise import report as printer
 from minidp.exercise.dp_split import torch_scatter_gather_on_cpu
-from minidp.exercise.process_world import shared_ranks
+from minidp.exercise.forked import run_ranks
 
 WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
 
@@ -90,12 +90,22 @@ def test_torch_scatter_gather_run_on_cpu_and_are_restored():
     assert torch.equal(joined, gather([c * 2 for c in x.chunk(4)], "cpu"))
 
 
-def test_rank_processes_are_shared_between_checks_and_sizes():
-    """A second check of a process exercise reuses the rank processes of the first, and a
-    case of 2 ranks runs on the first 2 of the same world as one of 3."""
-    ex, wrong = find("average_gradients"), WRONG_DIR / "average_gradients__no_divide.py"
-    assert check(ex, wrong, generated=0).failure.case["world"] == 2  # fails in world 2
-    first = shared_ranks(2, timeout=60.0)._world
-    assert check(ex, wrong, generated=0).failure.mistake.name.startswith("forgot to divide")
-    assert shared_ranks(2, timeout=60.0)._world is first and not first.broken
-    assert shared_ranks(3, timeout=60.0)._world is first
+def _rank_value(rank: int, world: int, scale: float) -> float:
+    t = torch.full((2,), float(rank + 1))
+    torch.distributed.all_reduce(t)
+    return t[0].item() * scale
+
+
+def test_forked_ranks_join_a_real_group_and_a_stuck_rank_is_named_by_its_line():
+    """The checker's rank processes are forked (torch already imported): a real default
+    group; a rank still running at the deadline is reported with the line it is at."""
+    run = run_ranks(_rank_value, 3, (2.0,), deadline=60.0)
+    assert run.ok and run.values == [12.0, 12.0, 12.0]  # (1 + 2 + 3) * 2
+    stuck = run_ranks(_stuck_rank, 2, (), deadline=1.5, focus=__file__)
+    assert stuck.stuck and all("time.sleep(" in where for where in stuck.stuck.values())
+
+
+def _stuck_rank(rank: int, world: int) -> None:
+    import time
+
+    time.sleep(30)

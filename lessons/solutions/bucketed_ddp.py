@@ -1,5 +1,6 @@
-"""Reference solution: the hook logic of minidp's textbook DDP (``minidp/ddp/textbook.py``,
-lesson 11), with the checker's ``start_all_reduce`` in place of its own thread.
+"""Reference solution: DDP's hooks, buckets and overlap, written out (lesson 11 prints
+minidp's textbook DDP, ``minidp/ddp/textbook.py``; the check makes that one unavailable),
+with the checker's ``start_all_reduce`` in place of its own thread.
 
 Check: ``python -m minidp exercise check bucketed_ddp --path lessons/solutions/bucketed_ddp.py``
 """
@@ -7,12 +8,22 @@ Check: ``python -m minidp exercise check bucketed_ddp --path lessons/solutions/b
 import torch
 from torch import nn
 
-from minidp.ddp.textbook import make_buckets
+
+def _buckets(params: list, cap_bytes: int) -> list[list]:
+    """Last parameter first; close a bucket once it holds >= cap_bytes."""
+    buckets, current, size = [], [], 0
+    for p in reversed(params):
+        current.append(p)
+        size += p.numel() * p.element_size()
+        if size >= cap_bytes:
+            buckets.append(current)
+            current, size = [], 0
+    return buckets + ([current] if current else [])
 
 
 def bucketed_ddp(model: nn.Module, group, bucket_cap_bytes: int, start_all_reduce) -> None:
     params = [p for p in model.parameters() if p.requires_grad]
-    buckets = make_buckets(params, bucket_cap_bytes)  # last layer first
+    buckets = _buckets(params, bucket_cap_bytes)
     bucket_of = {p: b for b, bucket in enumerate(buckets) for p in bucket}
     pending = [len(b) for b in buckets]
     handles = []

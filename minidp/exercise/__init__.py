@@ -4,45 +4,60 @@
     python -m minidp exercise list --names         # names only, one per line
     python -m minidp exercise check ring_all_reduce              # checks lessons/exercises/
     python -m minidp exercise check ring_all_reduce --path my.py # any file
-    python -m minidp exercise check --all [--dir DIR]            # score table (a class)
+    python -m minidp exercise check --all [--dir DIR] [--json]   # score table (a class)
 
 ``check`` prints each case it compared and on failure the smallest failing case (shrunk),
 expected vs got per rank, and a hint for the classic mistake it recognised. Exit codes:
-0 every case passed; 1 a case failed (wrong, raised, deadlock, not implemented yet); 2 no
-verdict (usage error, unknown name, a file that cannot be imported, a check process that
-crashed, aborted or exited early — ``isolate.py``). ``--json`` prints the report as JSON
-(with ``--all``: one entry per exercise, with its cases), for grading scripts. A
-learner's deadlock is reported at the per-case deadline (``--deadline``, default 6 s;
-it covers the import too; the check ends a second later), naming the ranks still
-running and the line of the learner's file each one is waiting at. The checker itself
-runs in a child process (``isolate.py``): gloo aborts a process whose rank receives a
-longer message than its buffer, and the command then explains that instead of dying.
+0 every case passed; 1 a case failed (wrong, raised, deadlock, not implemented yet, called
+the exercise's answer); 2 tampering or no verdict (usage error, unknown name, a file that
+cannot be imported, a sandbox that ended early). ``--json`` (with ``--all``) prints one
+entry per exercise with its cases, for grading scripts. A deadlock is reported at the
+per-case deadline (``--deadline``, default 6 s; it covers the import too), naming the
+ranks still running and the line of the learner's file each one is waiting at.
 
-Where things are: ``spec.py`` (the Exercise record, case helpers, comparison),
-``runner.py`` (load the file, run cases, shrink), ``world.py`` / ``process_world.py``
-(reusable thread / process worlds with a deadline), ``outcome.py`` (what a check found),
-``report.py`` (what is printed), ``reference.py`` (the official torch collectives on a
-given group), ``catalogue.py`` (the list), and one module per topic holding the
+**The learner's code is treated as adversarial; the verdict is computed where it cannot
+reach.** Three kinds of process (``runner.py`` orchestrates):
+
+* the *zygote* (``zygote.py``): imports torch once and forks the others; a child
+  subreaper, so whatever the learner starts and orphans stays below it and is killed;
+* the *sandbox* (``sandbox.py``): the only process that runs the learner's code. It gets
+  the exercise's name, the file and the cases — no expected value, no verdict file —
+  runs every case on real gloo ranks (thread ranks, or rank processes forked from it:
+  ``forked.py``) and sends each rank's answer back as data (``wire.py``). The guards
+  (``guards.py``, ``seal.py``) make the exercise's answer unavailable and record
+  tampering;
+* the *judge* (this process): once the sandbox and everything below it are killed, it
+  computes torch's answers (``expectations.py``; rank processes forked from the zygote
+  where torch wants a full group) and compares them with plain tensors rebuilt from
+  bytes, and each rank's traffic with what the algorithm must send.
+
+Where things are: ``spec.py`` (the Exercise record and the comparison), ``inputs.py``
+(cases and the inputs they make), ``isolate.py`` (the judge's side of the sandbox),
+``outcome.py`` (what a check found, the exit code), ``report.py`` (what is printed),
+``reference.py`` (the official torch collectives on a given group), ``world.py`` (thread
+worlds with a deadline), ``catalogue.py`` (the list), and one module per topic holding the
 exercises (``comm_*.py``, ...).
 
 How to add an exercise (one file each, plus one line in the catalogue):
 
 1. Stub ``lessons/exercises/NAME.py``: a module docstring with the task, the tools allowed
    and 2-4 hints; the function ``NAME(...)`` with its signature and type hints, whose body
-   raises ``NotImplementedError("not implemented yet: ...")``. The checker imports the
+   raises ``NotImplementedError("not implemented yet: ...")``. The sandbox imports the
    file by path and calls ``NAME`` on every rank.
-2. Reference solution ``lessons/solutions/NAME.py``: the same function, solved. Where
-   minidp has the answer as a textbook function, the solution may call it.
+2. Reference solution ``lessons/solutions/NAME.py``: the same function, written out in
+   full (not delegated to the package: what *is* the answer is unavailable in a check).
 3. Spec: an ``Exercise(...)`` (``spec.py``) in a module of this package grouped by topic
-   (``comm_ring.py`` is the model): ``run_rank(fn, case, rank, world_size, group)`` builds
-   this rank's inputs from the case (deterministic: seed it from the case and the rank),
-   runs the *official torch component* and the learner's ``fn`` on the same inputs and
-   returns ``Result(got, expected, extra)``; ``cases`` (fixed, smallest first: world 1, 2,
-   an odd world, numel < world, several dtypes/shapes); ``strategy`` (a hypothesis
-   strategy of such dicts); ``tolerance`` only where bits cannot match (say why);
-   ``processes=True`` where the torch component needs a full ProcessGroup (torch DDP);
-   ``shrink`` where the case's keys are not world/shape/dtype/seed (``spec.simpler``);
-   ``prepare`` for slow first uses that must not count against the case deadline.
+   (``comm_ring.py`` is the model): ``learn(fn, case, rank, world, group)`` builds this
+   rank's inputs from the case (deterministic: seed it from the case and the rank), calls
+   ``fn`` and returns ``Answer(got, seen)``; ``expect(case, rank, world, group)`` builds
+   the same inputs, runs the *official torch component* and returns ``Expected(expected,
+   extra)``; ``cases`` (fixed, smallest first: world 1, 2, an odd world, numel < world,
+   several dtypes/shapes, inputs from ``inputs.values``); ``strategy`` (hypothesis);
+   ``tolerance`` only where bits cannot match (say why); ``processes`` /
+   ``reference_processes`` where either side needs a full ProcessGroup (torch DDP);
+   ``shrink`` where the case's keys are not world/shape/dtype/seed; ``prepare`` for slow
+   first imports; ``traffic`` (the bytes each rank must send) wherever it communicates;
+   ``answers`` (what the learner may not call).
 4. Classic mistakes: ``Mistake(name, hint, matches)``; ``matches(case, results)`` looks
    at every rank's ``got``/``expected``/``extra`` and recognises the wrong answer's
    signature. Tried in order; the first match prints its hint. A mistake that raises on a
@@ -54,7 +69,7 @@ How to add an exercise (one file each, plus one line in the catalogue):
 7. Name the exercise at the end of its lesson: ``python -m minidp exercise check NAME``.
 
 Classroom tooling: imports the library (``minidp.comm``, ``minidp.launch``), never the
-other way round. Test: ``pytest tests/test_exercises.py``
+other way round. Test: ``pytest tests/test_exercises.py tests/test_exercise_cheats.py``
 """
 
 from __future__ import annotations
@@ -65,11 +80,12 @@ import math
 import sys
 from pathlib import Path
 
-from minidp.exercise import isolate
 from minidp.exercise import report as printer
 from minidp.exercise.catalogue import EXERCISES, find
+from minidp.exercise.inputs import describe
+from minidp.exercise.outcome import ERROR, FAIL, PASS, exit_code
 from minidp.exercise.runner import DEADLINE_S, GENERATED, check
-from minidp.exercise.spec import STUBS, describe
+from minidp.exercise.spec import STUBS
 
 __all__ = ["EXERCISES", "check", "find", "main"]
 
@@ -88,66 +104,41 @@ def _list(names_only: bool) -> int:
     return 0
 
 
-class _Verdicts:
-    """The verdict file (``isolate.py``): one JSON line per case, then the end."""
-
-    def __init__(self, path: str | None) -> None:
-        self.path = path
-
-    def write(self, record: dict) -> None:
-        if self.path:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(record, default=str) + "\n")
+def _case_record(i: int, o) -> dict:
+    first = o.detail.splitlines()[0] if o.detail else ""
+    m = o.mistake
+    return {"i": i, "case": describe(o.case), "status": o.status, "detail": first,
+            "mistake": m.name if m else None, "hint": m.hint if m else None}  # fmt: skip
 
 
-def _mistake(outcome) -> dict:
-    m = outcome.mistake
-    return {"mistake": m.name if m else None, "hint": m.hint if m else None}
+def _entry(exercise, path: Path, rep) -> dict:
+    """One exercise's entry in the ``--all`` report."""
+    f = rep.failure
+    cases = [_case_record(i, o) for i, o in enumerate(rep.outcomes, 1)]
+    return {
+        "exercise": exercise.name, "path": str(path), "exit": exit_code(rep),
+        "status": printer.status_word(rep), "passed": sum(o.passed for o in rep.outcomes),
+        "cases": len(rep.outcomes), "failing case": describe(f.case) if f else None,
+        "mistake": f.mistake.name if f and f.mistake else None,
+        "hint": f.mistake.hint if f and f.mistake else None, "tamper": rep.tamper,
+        "report": printer.summary(rep), "case results": cases,
+    }  # fmt: skip
 
 
-def _check_one(exercise, path: str | None, deadline: float, generated: int, verdicts) -> int:
+def _check_one(exercise, path: str | None, deadline: float, generated: int) -> int:
     target = Path(path) if path else exercise.stub
     print(f"{exercise.name}: checking {target} against {exercise.reference}", flush=True)
-
-    def on_case(i, o):
-        print(printer.case_verdict(o), flush=True)
-        first = o.detail.splitlines()[0] if o.detail else ""
-        verdicts.write({"event": "case", "i": i, "case": describe(o.case), "status": o.status,
-                        "detail": first, **_mistake(o)})  # fmt: skip
-
+    print("  running every case in a sandbox process, then torch's side ...", flush=True)
     rep = check(
         exercise,
         target,
         deadline=deadline,
         generated=generated,
-        # the case line goes out before the case runs: if gloo aborts the process, the
-        # parent's explanation follows the case it happened in
-        on_start=lambda i, case: print(printer.case_start(i, case), end="", flush=True),
-        on_case=on_case,
+        on_start=lambda i, case: print(printer.case_start(i, case), end=""),
+        on_case=lambda i, o: print(printer.case_verdict(o), flush=True),
     )
-    text = printer.summary(rep)
-    print(text, flush=True)
-    code = 0 if rep.passed else (isolate.ERROR if rep.load_error else isolate.FAIL)
-    f = rep.failure
-    verdicts.write({
-        "event": "end", "exit": code, "status": printer.status_word(rep),
-        "passed": sum(o.passed for o in rep.outcomes), "cases": len(rep.outcomes),
-        "failing case": describe(f.case) if f else None, **(_mistake(f) if f else {}),
-        "report": text,
-    })  # fmt: skip
-    return code
-
-
-def _entry(name: str, path: Path, records: list[dict], why: str) -> dict:
-    """One exercise's entry in the ``--all`` report, from its child's verdict file."""
-    end = next((r for r in reversed(records) if r.get("event") == "end"), None)
-    cases = [r for r in records if r.get("event") == "case"]
-    if end is None:
-        status = "fail: message sizes differ" if "sizes differ" in why else "error: no verdict"
-        end = {"exit": isolate.ERROR, "status": status, "report": why}
-    passed = sum(c["status"] == "pass" for c in cases)
-    return {"exercise": name, "path": str(path), **{k: v for k, v in end.items() if k != "event"},
-            "passed": passed, "cases": len(cases), "case results": cases}  # fmt: skip
+    print(printer.summary(rep), flush=True)
+    return exit_code(rep)
 
 
 def _check_all(folder: str | None, deadline: float, generated: int, as_json: bool) -> int:
@@ -157,13 +148,10 @@ def _check_all(folder: str | None, deadline: float, generated: int, as_json: boo
     entries = []
     for exercise in EXERCISES:
         path = base / f"{exercise.name}.py"
-        if path.is_file():  # each in its own process: one abort must not end the table
-            argv = ["check", exercise.name, "--path", str(path)]
-            argv += ["--deadline", str(deadline), "--generated", str(generated)]
-            _, _, why, records = isolate.run(argv, capture=True)
-            entry = _entry(exercise.name, path, records, why)
+        if path.is_file():  # each in its own sandbox: nothing one file does reaches the next
+            entry = _entry(exercise, path, check(exercise, path, deadline, generated))
         else:
-            entry = {"exercise": exercise.name, "path": str(path), "exit": isolate.FAIL,
+            entry = {"exercise": exercise.name, "path": str(path), "exit": FAIL,
                      "status": "missing", "passed": 0, "cases": 0, "case results": []}  # fmt: skip
         entries.append(entry)
         if not as_json:
@@ -176,8 +164,8 @@ def _check_all(folder: str | None, deadline: float, generated: int, as_json: boo
     else:
         print(f"\nscore: {score}/{len(entries)} exercises pass")
     if score == len(entries):
-        return isolate.PASS
-    return isolate.ERROR if any(e["exit"] == isolate.ERROR for e in entries) else isolate.FAIL
+        return PASS
+    return ERROR if any(e["exit"] == ERROR for e in entries) else FAIL
 
 
 def _seconds(text: str) -> float:
@@ -205,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="minidp exercise",
         description="Exercises: write a piece of data parallelism, checked against PyTorch.",
-        epilog="check exit codes: 0 every case passed, 1 a case failed, 2 no verdict "
-        "(usage error, cannot import, crashed, aborted or exited early)",
+        epilog="check exit codes: 0 every case passed, 1 a case failed, 2 tampering or no "
+        "verdict (usage error, cannot import, the sandbox ended early)",
     )
     sub = parser.add_subparsers(dest="action", required=True)
     ls = sub.add_parser("list", help="list the exercises")
@@ -219,9 +207,6 @@ def main(argv: list[str] | None = None) -> int:
     ck.add_argument("--json", action="store_true", help="with --all: the report as JSON")
     ck.add_argument("--deadline", type=_seconds, default=DEADLINE_S, help="seconds per case")
     ck.add_argument("--generated", type=_count, default=GENERATED, help="generated cases")
-    # internal: run here, not in a child process (see isolate.py); where to write verdicts
-    ck.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
-    ck.add_argument("--verdict-file", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.action == "list":
         return _list(args.names)
@@ -235,11 +220,5 @@ def main(argv: list[str] | None = None) -> int:
         exercise = find(args.name)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return isolate.ERROR
-    if not args.in_process:  # nothing the checked code does may decide the exit code
-        rc, _, why, _ = isolate.run(argv)
-        if why:
-            print(f"\n{why}", flush=True)
-        return rc
-    verdicts = _Verdicts(args.verdict_file)
-    return _check_one(exercise, args.path, args.deadline, args.generated, verdicts)
+        return ERROR
+    return _check_one(exercise, args.path, args.deadline, args.generated)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere
+from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Result, everywhere
 
 MIB = 1024 * 1024
 DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -84,17 +84,21 @@ def torch_buckets(numels: list[int], dtypes: list[str], limits: list[int]) -> li
     return [[last - j for j in bucket] for bucket in buckets]
 
 
-def _run(fn, case, rank, world, group) -> Result:
+def _learn(fn, case, rank, world, group) -> Answer:
     numels, names, limits = list(case["numels"]), list(case["dtypes"]), list(case["limits"])
     got = fn(numels, [getattr(torch, n) for n in names], limits)
     if isinstance(got, tuple):
         got = list(got)
     if isinstance(got, list):
         got = [list(b) if isinstance(b, (list, tuple)) else b for b in got]
-    expected = torch_buckets(numels, names, limits)
+    return Answer(got)
+
+
+def _expect(case, rank, world, group) -> Expected:
+    numels, names, limits = list(case["numels"]), list(case["dtypes"]), list(case["limits"])
     variants = {slip: _walk(numels, names, limits, **{slip: True}) for slip in SLIPS}
     sizes = [n * getattr(torch, d).itemsize for n, d in zip(numels, names)]
-    return Result(got, expected, {"input": sizes, **variants})
+    return Expected(torch_buckets(numels, names, limits), {"input": sizes, **variants})
 
 
 def _canonical(buckets) -> list:
@@ -195,7 +199,13 @@ BUCKET_ASSIGNMENT = Exercise(
     lesson="11_buckets_overlap",
     summary="DDP's buckets: last parameter first, per dtype, close at >= cap, small first cap",
     reference="torch.distributed._compute_bucket_assignment_by_size, the same buckets",
-    run_rank=_run,
+    learn=_learn,
+    expect=_expect,
+    answers=(
+        "torch.distributed._compute_bucket_assignment_by_size",
+        "minidp.ddp.buckets",
+        "minidp.ddp.textbook",
+    ),  # fmt: skip
     cases=CASES,
     strategy=bucket_cases,
     shrink=shrink_buckets,

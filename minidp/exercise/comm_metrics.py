@@ -1,6 +1,12 @@
 """Exercises on the collectives that metrics use (lesson 9): all_gather, broadcast, and the
 average of a metric over shards of different sizes.
 
+all_gather and broadcast are collectives built from send/recv: minidp's own are
+unavailable, and each rank's bytes are the algorithm's (all_gather: W-1 tensors per rank;
+broadcast: W-1 tensors in all, one into each rank but the root). average_metric uses
+minidp's ``all_reduce`` as its tool; its ranks must still send what an all-reduce of a
+sum and a count must.
+
 Test: ``pytest tests/test_exercises.py -k "all_gather or broadcast or average"``
 """
 
@@ -11,20 +17,43 @@ from collections.abc import Iterable
 import torch
 
 from minidp.exercise import reference
-from minidp.exercise.comm_ring import CASES, comm_cases
-from minidp.exercise.spec import Case, Exercise, Mistake, Result, everywhere, same, small_ints
+from minidp.exercise.comm_common import (
+    CASES,
+    COLLECTIVES,
+    LOST_FRACTIONS,
+    ROUNDED,
+    comm_cases,
+    exactly,
+    learn_in_place,
+    least_all_reduce,
+    nbytes,
+)
+from minidp.exercise.inputs import Case, dyadic, generator, values
+from minidp.exercise.spec import (
+    Answer,
+    Exercise,
+    Expected,
+    Mistake,
+    Result,
+    Traffic,
+    everywhere,
+    same,
+)
 
 UNSET = 77  # what output tensors hold before the learner's code runs: no input ever does
 
 # ----------------------------------------------------------------------------- all_gather
 
 
-def _run_all_gather(fn, case, rank, world, group) -> Result:
-    x = small_ints(case, rank)
-    expected = reference.all_gather(x.clone(), group)
+def _learn_all_gather(fn, case, rank, world, group) -> Answer:
+    x = values(case, rank)
     tensor_list = [torch.full_like(x, UNSET) for _ in range(world)]
-    fn(tensor_list, x.clone(), group)
-    return Result(got=tensor_list, expected=expected)
+    fn(tensor_list, x, group)
+    return Answer(tensor_list)
+
+
+def _expect_all_gather(case, rank, world, group) -> Expected:
+    return Expected(reference.all_gather(values(case, rank), group))
 
 
 def _unset(t: torch.Tensor) -> bool:
@@ -50,10 +79,25 @@ ALL_GATHER = Exercise(
     lesson="09_metrics_collectives",
     summary="all_gather: tensor_list[i] = rank i's tensor, on every rank",
     reference="torch.distributed.all_gather (gloo), torch.equal",
-    run_rank=_run_all_gather,
+    learn=_learn_all_gather,
+    expect=_expect_all_gather,
     cases=CASES,
     strategy=comm_cases,
+    answers=COLLECTIVES,
+    traffic=Traffic(
+        bounds=exactly(lambda case, world, rank: (world - 1) * nbytes(case)),
+        formula="an all-gather's share per rank, W-1 tensors",
+        p2p_only=True,
+        too_much=Mistake(
+            "tensors sent more than once",
+            "the values are right, but a rank sent more than W-1 tensors: in a ring each step "
+            "passes on the one tensor received last; sent directly, each rank sends its own "
+            "tensor once to every other rank.",
+        ),
+    ),
     mistakes=(
+        LOST_FRACTIONS,
+        ROUNDED,
         Mistake(
             "own entry missing",
             "tensor_list[rank] was never filled: nobody sends you your own tensor — copy it "
@@ -87,13 +131,21 @@ def _broadcast_cases():
     )
 
 
-def _run_broadcast(fn, case, rank, world, group) -> Result:
-    x = small_ints(case, rank)
+def _learn_broadcast(fn, case, rank, world, group) -> Answer:
+    return learn_in_place(lambda t, g: fn(t, case["src"], g), case, rank, world, group)
+
+
+def _expect_broadcast(case, rank, world, group) -> Expected:
+    x = values(case, rank)
     everyone = reference.all_gather(x.clone(), group)
     expected = reference.broadcast(x.clone(), case["src"], group)
-    mine = x.clone()
-    returned = fn(mine, case["src"], group)
-    return Result(mine, expected, extra={"all": everyone, "returned": returned, "input": x})
+    return Expected(expected, {"all": everyone, "input": x})
+
+
+def _broadcast_bounds(case, world: int) -> list[tuple[int, int]]:
+    """The root sends at least once; nobody sends more than W-1 tensors."""
+    n = nbytes(case)
+    return [(n if r == case["src"] else 0, (world - 1) * n) for r in range(world)]
 
 
 def _not_in_place(case: Case, results: list[Result]) -> bool:
@@ -108,10 +160,26 @@ BROADCAST = Exercise(
     lesson="09_metrics_collectives",
     summary="broadcast: every rank ends with rank src's tensor, in place",
     reference="torch.distributed.broadcast (gloo), torch.equal",
-    run_rank=_run_broadcast,
+    learn=_learn_broadcast,
+    expect=_expect_broadcast,
     cases=tuple({**c, "src": (3 * i) % c["world"]} for i, c in enumerate(CASES)),
     strategy=_broadcast_cases,
+    answers=COLLECTIVES,
+    traffic=Traffic(
+        bounds=_broadcast_bounds,
+        total=lambda case, world: ((world - 1) * nbytes(case),) * 2,
+        formula="a broadcast's, the tensor once into each rank but the root",
+        p2p_only=True,
+        too_much=Mistake(
+            "a rank received the tensor twice",
+            "the values are right, but more than W-1 copies of the tensor travelled: every "
+            "rank but src must receive it exactly once (from src, or from a rank that "
+            "already has it).",
+        ),
+    ),
     mistakes=(
+        LOST_FRACTIONS,
+        ROUNDED,
         Mistake(
             "ignored src",
             "every rank got rank 0's tensor, but src was another rank: send from `src`, "
@@ -135,13 +203,13 @@ BROADCAST = Exercise(
 
 
 def shard(case: Case, rank: int) -> torch.Tensor:
-    """Rank ``rank``'s per-sample values: ``sizes[rank]`` eighths in [0, 4) (float32).
+    """Rank ``rank``'s per-sample values: ``sizes[rank]`` of ``inputs.dyadic`` (float32:
+    fractions, magnitudes from 0.002 to 1792, both signs, negative zero).
 
-    Why eighths: sums of them are exact in float32 and float64, so the mean over all
-    samples has one rounding only (the division), whatever order the ranks add in.
+    Why those: their sums are exact in float32 and float64, so the mean over all samples
+    has one rounding only (the division), whatever order the ranks add in.
     """
-    g = torch.Generator().manual_seed(case["seed"] * 1009 + rank)
-    return torch.randint(0, 32, (case["sizes"][rank],), generator=g).float() / 8
+    return dyadic((case["sizes"][rank],), torch.float32, generator(case, rank))
 
 
 def _metric_cases():
@@ -167,11 +235,14 @@ def _shrink_metric(case: Case) -> Iterable[Case]:
         yield {**case, "seed": 0}
 
 
-def _run_metric(fn, case, rank, world, group) -> Result:
-    shards = [shard(case, r) for r in range(world)]  # every rank's, to judge (not shown to fn)
+def _learn_metric(fn, case, rank, world, group) -> Answer:
+    return Answer(fn(shard(case, rank), group))
+
+
+def _expect_metric(case, rank, world, group) -> Expected:
+    shards = [shard(case, r) for r in range(world)]  # every rank's (the judge's side only)
     expected = torch.cat(shards).double().mean().item()  # torch's mean over every sample
-    got = fn(shard(case, rank).clone(), group)
-    return Result(got=got, expected=expected, extra={"shards": shards})
+    return Expected(expected, {"shards": shards})
 
 
 def _mean_of_means(case, results) -> bool:
@@ -196,7 +267,12 @@ AVERAGE_METRIC = Exercise(
     lesson="09_metrics_collectives",
     summary="the mean of a metric over every sample, when ranks hold different numbers",
     reference="torch.cat(every rank's values).mean() in float64, rtol 1e-6",
-    run_rank=_run_metric,
+    learn=_learn_metric,
+    expect=_expect_metric,
+    traffic=Traffic(
+        bounds=lambda case, world: least_all_reduce(2, 4)(case, world),
+        formula="an all-reduce of a sum and a count (float32 at least)",
+    ),
     cases=(
         {"world": 1, "sizes": (3,), "seed": 0},
         {"world": 2, "sizes": (4, 4), "seed": 1},

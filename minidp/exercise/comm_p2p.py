@@ -1,7 +1,9 @@
 """Exercises on point-to-point messages (lessons 6 and 7): the ring pass and the parameter
 server's all-reduce.
 
-Inputs are small integers (``spec.small_ints``): any summation order gives gloo's bits.
+Inputs are ``inputs.values`` (non-integers, mixed magnitudes and signs, negative zero): any
+summation order gives gloo's bits. Both exercises are built from send/recv: minidp's
+collectives are unavailable, and each rank's bytes are exactly the algorithm's.
 
 Test: ``pytest tests/test_exercises.py -k "ring_pass or naive"``
 """
@@ -9,17 +11,41 @@ Test: ``pytest tests/test_exercises.py -k "ring_pass or naive"``
 from __future__ import annotations
 
 from minidp.exercise import reference
-from minidp.exercise.comm_ring import CASES, IN_PLACE, UNCHANGED, comm_cases
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere, same, small_ints
+from minidp.exercise.comm_common import (
+    CASES,
+    COLLECTIVES,
+    IN_PLACE,
+    LOST_FRACTIONS,
+    ROUNDED,
+    UNCHANGED,
+    comm_cases,
+    exactly,
+    learn_in_place,
+    nbytes,
+)
+from minidp.exercise.inputs import values
+from minidp.exercise.spec import (
+    Answer,
+    Exercise,
+    Expected,
+    Mistake,
+    Result,
+    Traffic,
+    everywhere,
+    same,
+)
 
 # ----------------------------------------------------------------------------- ring pass
 
 
-def _run_ring_pass(fn, case, rank, world, group) -> Result:
-    x = small_ints(case, rank)
+def _learn_ring_pass(fn, case, rank, world, group) -> Answer:
+    return Answer(fn(values(case, rank), group))
+
+
+def _expect_ring_pass(case, rank, world, group) -> Expected:
+    x = values(case, rank)
     everyone = reference.all_gather(x.clone(), group)  # every rank's tensor, rank order
-    got = fn(x.clone(), group)
-    return Result(got=got, expected=everyone[(rank - 1) % world], extra={"all": everyone})
+    return Expected(everyone[(rank - 1) % world], {"all": everyone})
 
 
 def _from_the_right(rank: int, r: Result) -> bool:
@@ -31,10 +57,24 @@ RING_PASS = Exercise(
     lesson="06_send_recv",
     summary="shift by one: send your tensor to rank+1, return the one from rank-1",
     reference="the left neighbour's tensor from torch.distributed.all_gather (gloo), torch.equal",
-    run_rank=_run_ring_pass,
+    learn=_learn_ring_pass,
+    expect=_expect_ring_pass,
     cases=CASES,
     strategy=comm_cases,
+    answers=COLLECTIVES,
+    traffic=Traffic(
+        bounds=exactly(lambda case, world, rank: nbytes(case)),
+        formula="one message of the whole tensor to the right neighbour",
+        p2p_only=True,
+        too_much=Mistake(
+            "sent more than one message",
+            "the values are right, but a rank sent its tensor more than once: one send to "
+            "(rank + 1) % world and one receive from (rank - 1) % world is the whole pass.",
+        ),
+    ),
     mistakes=(
+        LOST_FRACTIONS,
+        ROUNDED,
         Mistake(
             "wrong direction",
             "you returned the tensor of rank+1, the *right* neighbour: send to "
@@ -56,13 +96,11 @@ RING_PASS = Exercise(
 # ----------------------------------------------------------------------------- parameter server
 
 
-def _run_naive(fn, case, rank, world, group) -> Result:
-    x = small_ints(case, rank)
+def _expect_naive(case, rank, world, group) -> Expected:
+    x = values(case, rank)
     expected = reference.all_reduce(x.clone(), group)
     everyone = reference.all_gather(x.clone(), group)
-    mine = x.clone()
-    returned = fn(mine, group)
-    return Result(mine, expected, extra={"input": x, "all": everyone, "returned": returned})
+    return Expected(expected, {"input": x, "all": everyone})
 
 
 def _only_rank0(case, results) -> bool:
@@ -86,11 +124,25 @@ NAIVE_ALL_REDUCE = Exercise(
     lesson="07_parameter_server",
     summary="parameter server: every rank sends to rank 0, which sums and sends back",
     reference="torch.distributed.all_reduce (gloo), torch.equal",
-    run_rank=_run_naive,
+    learn=learn_in_place,
+    expect=_expect_naive,
     cases=CASES,
     strategy=comm_cases,
+    answers=COLLECTIVES,
+    traffic=Traffic(
+        bounds=exactly(lambda case, world, rank: (world - 1 if rank == 0 else 1) * nbytes(case)),
+        formula="the parameter server's (rank 0: W-1 tensors back; others: one to rank 0)",
+        p2p_only=True,
+        too_much=Mistake(
+            "more than the parameter server sends",
+            "the values are right, but a rank sent more than the parameter server does: each "
+            "rank sends its tensor to rank 0 once, and rank 0 sends the sum once to each.",
+        ),
+    ),
     mistakes=(
         IN_PLACE,
+        LOST_FRACTIONS,
+        ROUNDED,
         Mistake(
             "only rank 0 has the sum",
             "rank 0 is right but the other ranks kept their own input: after summing, rank 0 "

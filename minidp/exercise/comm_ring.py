@@ -1,7 +1,11 @@
 """Exercises on the ring (lesson 8): the ring all-reduce and its reduce-scatter half.
 
-Every rank's input is small integers (``spec.small_ints``), so the learner may add in any
-order and a right answer still equals gloo's bit for bit (``torch.equal``).
+Every rank's input is ``inputs.values``: non-integers, large and small magnitudes, mixed
+signs and negative zero, chosen so that every summation order gives the same bits — the
+learner may add in any order and a right answer still equals gloo's (``torch.equal``),
+while a sum routed through a narrower dtype does not. The collectives are the exercise:
+minidp's own (and its textbook's) are unavailable in the sandbox (``COLLECTIVES``), and
+the bytes each rank sends are held to the ring's (``Traffic``).
 
 Test: ``pytest tests/test_exercises.py -k ring``
 """
@@ -11,38 +15,29 @@ from __future__ import annotations
 import torch
 
 from minidp.exercise import reference
-from minidp.exercise.spec import Budget, Exercise, Mistake, Result, everywhere, same, small_ints
-
-DTYPES = ("int64", "float32", "float64", "float16", "bfloat16", "int32", "int8", "uint8")
-
-
-def comm_cases():
-    """Hypothesis strategy: world 1..5, 1-2 dims of 0..6 (so numel < world too), any dtype."""
-    from hypothesis import strategies as st
-
-    return st.fixed_dictionaries(
-        {
-            "world": st.integers(1, 5),
-            "shape": st.lists(st.integers(0, 6), min_size=1, max_size=2).map(tuple),
-            "dtype": st.sampled_from(DTYPES),
-            "seed": st.integers(0, 99),
-        }
-    )
-
-
-# world sizes 1..5 (odd ones too), numel < world, 2-D, every dtype, the empty tensor
-CASES = (
-    {"world": 1, "shape": (3,), "dtype": "int64", "seed": 0},
-    {"world": 2, "shape": (4,), "dtype": "int64", "seed": 0},
-    {"world": 3, "shape": (6,), "dtype": "float32", "seed": 1},
-    {"world": 3, "shape": (2,), "dtype": "int32", "seed": 2},
-    {"world": 4, "shape": (3, 5), "dtype": "float64", "seed": 3},
-    {"world": 5, "shape": (7,), "dtype": "float16", "seed": 4},
-    {"world": 5, "shape": (3,), "dtype": "bfloat16", "seed": 5},
-    {"world": 4, "shape": (9,), "dtype": "int8", "seed": 6},
-    {"world": 3, "shape": (0,), "dtype": "float32", "seed": 7},
+from minidp.exercise.comm_common import (
+    CASES,
+    COLLECTIVES,
+    IN_PLACE,
+    LOST_FRACTIONS,
+    ROUNDED,
+    UNCHANGED,
+    comm_cases,
+    exactly,
+    learn_in_place,
+    nbytes,
 )
-
+from minidp.exercise.inputs import values
+from minidp.exercise.spec import (
+    Answer,
+    Exercise,
+    Expected,
+    Mistake,
+    Result,
+    Traffic,
+    everywhere,
+    same,
+)
 
 # ----------------------------------------------------------------------------- detectors
 
@@ -58,15 +53,6 @@ def _partly_right(results: list[Result]) -> bool:
     right = [(r.got == r.expected).reshape(-1) for r in results]
     union = torch.stack(right).any(0)
     return len(results) > 1 and bool(union.all()) and not any(bool(m.all()) for m in right)
-
-
-def _unchanged(rank: int, r: Result) -> bool:
-    return same(r.got, r.extra["input"])
-
-
-def _returned_copy(rank: int, r: Result) -> bool:
-    returned = r.extra.get("returned")
-    return returned is not r.got and same(returned, r.expected) and _unchanged(rank, r)
 
 
 def _one_piece_too_many(results: list[Result]) -> bool:
@@ -122,33 +108,16 @@ def _is_ring(slip: dict):
     return matches
 
 
-IN_PLACE = Mistake(
-    "returned a new tensor",
-    "the answer must be written into `tensor` itself (in place), like "
-    "torch.distributed.all_reduce: use tensor.copy_(result) or in-place ops (+=, add_, "
-    "torch.add(..., out=...)) on views of tensor.",
-    lambda case, results: everywhere(results, _returned_copy),
-)
-UNCHANGED = Mistake(
-    "tensor unchanged",
-    "every rank still holds its own input: nothing was added in. Did the loop run "
-    "(range(world - 1)), and do you add the received buffer into your chunk?",
-    lambda case, results: case["world"] > 1 and everywhere(results, _unchanged),
-)
-
-
-def _chunk_bytes(case, world: int) -> int:
-    """Bytes in the largest of the ring's chunks: ceil(N / W) elements."""
+def _ring_bounds(case, world: int) -> list[tuple[int, int]]:
+    """The ring: each rank sends 2(W-1) chunks of floor(N/W) or ceil(N/W) elements."""
     numel = int(torch.Size(case.get("shape", (4,))).numel())
-    return -(-numel // world) * torch.empty(0, dtype=getattr(torch, case["dtype"])).element_size()
+    least, most = nbytes(case, numel // world), nbytes(case, -(-numel // world))
+    return [(2 * (world - 1) * least, 2 * (world - 1) * most)] * world
 
 
-def _run_all_reduce(fn, case, rank, world, group) -> Result:
-    x = small_ints(case, rank)
-    expected = reference.all_reduce(x.clone(), group)
-    mine = x.clone()
-    returned = fn(mine, group)
-    return Result(got=mine, expected=expected, extra={"input": x, "returned": returned})
+def _expect_all_reduce(case, rank, world, group) -> Expected:
+    x = values(case, rank)
+    return Expected(reference.all_reduce(x.clone(), group), {"input": x})
 
 
 RING_ALL_REDUCE = Exercise(
@@ -156,13 +125,16 @@ RING_ALL_REDUCE = Exercise(
     lesson="08_ring_all_reduce",
     summary="textbook ring all-reduce: reduce-scatter loop, then all-gather loop",
     reference="torch.distributed.all_reduce (gloo), torch.equal",
-    run_rank=_run_all_reduce,
+    learn=learn_in_place,
+    expect=_expect_all_reduce,
     cases=CASES,
     strategy=comm_cases,
-    budget=Budget(
-        limit=lambda case, world: 2 * (world - 1) * _chunk_bytes(case, world),
-        formula="the ring's most per rank, 2(W-1) chunks of ceil(N/W) elements",
-        mistake=Mistake(
+    answers=COLLECTIVES,
+    traffic=Traffic(
+        bounds=_ring_bounds,
+        formula="the ring's share per rank, 2(W-1) chunks of N/W elements",
+        p2p_only=True,
+        too_much=Mistake(
             "whole tensor round the ring",
             "the values are right, but each step sent more than one chunk: a ring sends "
             "2(W-1) chunks of N/W elements per rank — 2(W-1)/W * N in all, the least any "
@@ -172,6 +144,8 @@ RING_ALL_REDUCE = Exercise(
     mistakes=(
         IN_PLACE,
         UNCHANGED,
+        LOST_FRACTIONS,
+        ROUNDED,
         Mistake(
             "the all-gather adds instead of copying",
             "in the all-gather, the chunk that arrives is already the full sum: copy it into "
@@ -220,12 +194,18 @@ RING_ALL_REDUCE = Exercise(
 # ----------------------------------------------------------------------------- reduce-scatter
 
 
-def _run_reduce_scatter(fn, case, rank, world, group) -> Result:
-    inputs = [small_ints(case, rank, salt=c) for c in range(world)]  # input_list, rank-local
-    expected = reference.reduce_scatter([t.clone() for t in inputs], group)
+def _learn_reduce_scatter(fn, case, rank, world, group) -> Answer:
+    inputs = [values(case, rank, salt=c) for c in range(world)]  # input_list, rank-local
     output = torch.full_like(inputs[0], 77)  # 77: a value no right answer can hold
-    fn(output, [t.clone() for t in inputs], group)
-    return Result(got=output, expected=expected, extra={"inputs": inputs})
+    fn(output, inputs, group)
+    return Answer(output)
+
+
+def _expect_reduce_scatter(case, rank, world, group) -> Expected:
+    inputs = [values(case, rank, salt=c) for c in range(world)]
+    return Expected(
+        reference.reduce_scatter([t.clone() for t in inputs], group), {"inputs": inputs}
+    )
 
 
 def _kept_other_chunk(results: list[Result]) -> bool:
@@ -244,10 +224,24 @@ REDUCE_SCATTER = Exercise(
     summary="reduce-scatter: rank r ends with input_list[r] summed over all ranks",
     reference="torch.distributed.reduce_scatter (gloo; before torch 2.8 one all_reduce per "
     "input), torch.equal",
-    run_rank=_run_reduce_scatter,
+    learn=_learn_reduce_scatter,
+    expect=_expect_reduce_scatter,
     cases=CASES,
     strategy=comm_cases,
+    answers=COLLECTIVES,
+    traffic=Traffic(
+        bounds=exactly(lambda case, world, rank: (world - 1) * nbytes(case)),
+        formula="the ring's share per rank, W-1 pieces of N elements",
+        p2p_only=True,
+        too_much=Mistake(
+            "pieces sent more than once",
+            "the values are right, but a rank sent more than W-1 pieces: each step passes "
+            "ONE partial sum to the right neighbour (W-1 steps), not every piece.",
+        ),
+    ),
     mistakes=(
+        LOST_FRACTIONS,
+        ROUNDED,
         Mistake(
             "kept the wrong chunk",
             "each rank holds a fully summed chunk, but not its own: rank r must end with "

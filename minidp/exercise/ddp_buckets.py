@@ -7,6 +7,11 @@ leaves and when it is waited for), wait at the end. Models, data and the float64
 tolerance are ``ddp_grads.py``'s; the cases include a bucket that reaches the cap exactly
 and ``Branchy`` (hooks out of registration order, a reused layer, a frozen parameter).
 
+The sandbox runs the learner's hooks on thread ranks (``start_all_reduce`` sums with
+minidp's all-reduce on a communication thread); the judge's reference worker trains the
+same model with torch DDP, and takes the expected bucket sizes from torch's own
+``_compute_bucket_assignment_by_size`` (``bucket_assignment.torch_buckets``).
+
 Test: ``pytest tests/test_exercises_dp_ddp.py -k bucketed``
 """
 
@@ -19,8 +24,9 @@ import torch
 from torch import nn
 
 from minidp.comm import all_reduce
-from minidp.ddp.textbook import make_buckets
+from minidp.exercise.bucket_assignment import torch_buckets
 from minidp.exercise.ddp_grads import (
+    DDP_ANSWERS,
     DIVIDED_TWICE_HINT,
     NOT_DIVIDED,
     ON_RANK_PROCESSES,
@@ -32,7 +38,7 @@ from minidp.exercise.ddp_grads import (
     _st,
     ddp_cases,
 )
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere
+from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Result, everywhere
 
 
 class _Launcher:
@@ -71,31 +77,45 @@ class _Launcher:
         return sizes, any(i < last_ready for i in launches), all(i > last_ready for i in waits)
 
 
-def _run_buckets(fn, case, rank, world, group) -> Result:
-    theirs, mine = _model(case), _model(case)
-    ddp = nn.parallel.DistributedDataParallel(theirs, process_group=group)
+def _learn_buckets(fn, case, rank, world, group) -> Answer:
+    mine = _model(case)
     launcher = _Launcher(group)
     params = [p for p in mine.parameters() if p.requires_grad]  # frozen ones: no hooks
     for i, p in enumerate(params):  # registered first: they run before the learner's hooks
         p.register_post_accumulate_grad_hook(lambda p, i=i: launcher.note("ready", i))
     fn(mine, group, case["cap"], launcher)
-    got, expected, timeline = [], [], []
+    got, timeline = [], []
     for step in range(2):  # twice: the hooks must re-arm for the next backward
         launcher.events.clear()
-        for model in (ddp, mine):
-            model.zero_grad(set_to_none=True)
-            _loss(model, _data(case, rank, step)).backward()
+        mine.zero_grad(set_to_none=True)
+        _loss(mine, _data(case, rank, step)).backward()
         sizes, overlapped, waited_late = launcher.summary()
         got += [*_grads(mine), sizes, overlapped, waited_late]
-        buckets = make_buckets(params, case["cap"])
-        # overlap needs a second bucket: a single one can leave only with the last gradient
-        sizes = [sum(p.numel() for p in b) for b in buckets]
-        expected += [*_grads(theirs), sizes, len(buckets) > 1, True]
         timeline.append(list(launcher.events))
     launcher.pool.shutdown()
-    names = [f"{name}'s gradient" for name, _ in mine.named_parameters()]
-    n = len(names)  # gradients compared: every parameter's (None if frozen)
-    sizes_gt = [sum(p.numel() for p in b) for b in _buckets_past_cap(params, case["cap"])]
+    return Answer(got, {"timeline": timeline})
+
+
+def _bucket_sizes(params: list, cap: int) -> list[int]:
+    """torch's buckets (its own assignment function, last parameter first), in elements."""
+    numels = [p.numel() for p in params]
+    dtypes = [str(p.dtype).replace("torch.", "") for p in params]
+    return [sum(numels[i] for i in b) for b in torch_buckets(numels, dtypes, [cap])]
+
+
+def _expect_buckets(case, rank, world, group) -> Expected:
+    theirs = _model(case)
+    ddp = nn.parallel.DistributedDataParallel(theirs, process_group=group)
+    params = [p for p in theirs.parameters() if p.requires_grad]
+    sizes = _bucket_sizes(params, case["cap"])
+    expected = []
+    for step in range(2):
+        ddp.zero_grad(set_to_none=True)
+        _loss(ddp, _data(case, rank, step)).backward()
+        # overlap needs a second bucket: a single one can leave only with the last gradient
+        expected += [*_grads(theirs), sizes, len(sizes) > 1, True]
+    names = [f"{name}'s gradient" for name, _ in theirs.named_parameters()]
+    past_cap = [sum(p.numel() for p in b) for b in _buckets_past_cap(params, case["cap"])]
     labels = [
         f"step {step + 1}: {what}"
         for step in range(2)
@@ -106,8 +126,7 @@ def _run_buckets(fn, case, rank, world, group) -> Result:
             "no wait before the last gradient",
         )
     ]
-    extra = {"timeline": timeline, "n": n, "past cap": sizes_gt, "labels": labels}
-    return Result(got, expected, extra=extra)
+    return Expected(expected, {"n": len(names), "past cap": past_cap, "labels": labels})
 
 
 def _buckets_past_cap(params: list, cap: int) -> list[list]:
@@ -164,7 +183,9 @@ BUCKETED_DDP = Exercise(
     lesson="11_buckets_overlap",
     summary="DDP with hooks: buckets last layer first, all-reduced during backward",
     reference="torch.nn.parallel.DistributedDataParallel's gradients (gloo), float64, rtol 1e-12",
-    run_rank=_run_buckets,
+    learn=_learn_buckets,
+    expect=_expect_buckets,
+    answers=DDP_ANSWERS,
     # the MLP's gradients, last first: 24, 192, 64, 512, 64, 320 bytes. Cap 216: the first
     # bucket reaches the cap exactly (closes at >=); Branchy: hooks fire out of
     # registration order, a layer is used twice, a parameter is frozen

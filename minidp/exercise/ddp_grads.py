@@ -1,12 +1,14 @@
 """Exercises on DDP's gradients (lessons 10, 11, 13), checked against torch DDP itself.
 
-Every case runs on real rank processes (torch DDP wants a full ProcessGroup): each rank
-builds the same float64 model twice, trains one copy through
-``torch.nn.parallel.DistributedDataParallel`` and hands the other to the learner's
-function on the same per-rank data. float64 because from 3 ranks on torch's bucket
-layout decides the summation order: the learner's order may differ, which float64 keeps
-below 1e-15 relative — the tolerance (rtol 1e-12) is honest and far tighter than any
-classic mistake (a factor of W, a missing all-reduce). With 2 ranks every order is exact.
+The learner's side runs on thread ranks in the sandbox (its tools are minidp's
+collectives); torch's side on real rank processes in the judge's reference worker (torch
+DDP wants a full ProcessGroup). Each builds the same float64 model from the case: the
+judge trains its copy through ``torch.nn.parallel.DistributedDataParallel``, the sandbox
+hands its copy to the learner's function, on the same per-rank data. float64 because
+from 3 ranks on torch's bucket layout decides the summation order: the learner's order
+may differ, which float64 keeps below 1e-15 relative — the tolerance (rtol 1e-12) is
+honest and far tighter than any classic mistake (a factor of W, a missing all-reduce).
+With 2 ranks every order is exact.
 
 * ``average_gradients``: after ``loss.backward()``, replace every ``.grad`` by its average.
 * ``bucketed_ddp``: in ``ddp_buckets.py``, on the same models and data.
@@ -20,7 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere, same
+from minidp.exercise.comm_common import least_all_reduce
+from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Traffic, everywhere, same
 
 TOL = (1e-12, 1e-15)  # float64; only the summation order may differ (see above)
 CASES = (  # world 2 first: the mistakes show from 2 ranks on, and one world starts
@@ -51,11 +54,23 @@ def warm_ddp(rank: int, world_size: int) -> None:
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
-# What every exercise here shares: rank processes (torch DDP), the float64 tolerance, a
-# warm-up outside the case clock, and no shrinking (the cases are small; a try costs seconds).
+# What every exercise here shares: torch's side on rank processes (torch DDP), the float64
+# tolerance, a warm-up before anything is forked, no shrinking (the cases are small), and
+# a few generated cases (each runs torch DDP in the reference worker).
 ON_RANK_PROCESSES = dict(
-    tolerance=lambda case: TOL, processes=True, shrink=lambda case: iter(()), prepare=warm_ddp
+    tolerance=lambda case: TOL,
+    reference_processes=True,
+    shrink=lambda case: iter(()),
+    prepare=warm_ddp,
+    generated=6,
 )
+DDP_ANSWERS = (
+    "minidp.ddp.simple",
+    "minidp.ddp.textbook",
+    "minidp.ddp.buckets",
+    "minidp.ddp.distributed.DistributedDataParallel",
+)
+MLP_GRAD_ELEMENTS = 147  # 5*8+8 + 8*8+8 + 8*3+3: what one all-reduce of every gradient moves
 
 
 class Branchy(nn.Module):
@@ -125,14 +140,19 @@ def _scaled(got: list, expected: list, factor: float) -> bool:
 # ----------------------------------------------------------------------------- after backward
 
 
-def _run_average(fn, case, rank, world, group) -> Result:
-    theirs, mine = _model(case), _model(case)
+def _learn_average(fn, case, rank, world, group) -> Answer:
+    mine = _model(case)
+    _loss(mine, _data(case, rank)).backward()  # plain: this rank's gradients only
+    fn(mine, group)
+    return Answer(_grads(mine))
+
+
+def _expect_average(case, rank, world, group) -> Expected:
+    theirs, local = _model(case), _model(case)
     ddp = nn.parallel.DistributedDataParallel(theirs, process_group=group)
     _loss(ddp, _data(case, rank)).backward()  # torch averages inside backward
-    _loss(mine, _data(case, rank)).backward()  # plain: this rank's gradients only
-    local = _grads(mine)
-    fn(mine, group)
-    return Result(_grads(mine), _grads(theirs), extra={"local": local})
+    _loss(local, _data(case, rank)).backward()
+    return Expected(_grads(theirs), {"local": _grads(local)})
 
 
 DIVIDED_TWICE_HINT = (
@@ -164,10 +184,16 @@ AVERAGE_GRADIENTS = Exercise(
     lesson="10_ddp_from_scratch",
     summary="DDP's job after backward: every .grad becomes its average over the ranks",
     reference="torch.nn.parallel.DistributedDataParallel's gradients (gloo), float64, rtol 1e-12",
-    run_rank=_run_average,
+    learn=_learn_average,
+    expect=_expect_average,
     cases=CASES,
     strategy=ddp_cases,
     **ON_RANK_PROCESSES,
+    answers=DDP_ANSWERS,
+    traffic=Traffic(
+        bounds=least_all_reduce(MLP_GRAD_ELEMENTS),
+        formula="an all-reduce of every float64 gradient, (W-1)/W of them out of each rank",
+    ),
     mistakes=(
         NOT_DIVIDED,
         DIVIDED_TWICE,

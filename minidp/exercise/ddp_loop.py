@@ -8,6 +8,8 @@
   deterministic: an older checkpoint already sits at the path (a resumed job overwrites
   its last one), and rank 0 reaches the save ``SLOW_SAVE_S`` late, as a rank that also
   writes logs would — a rank that loads without waiting reads the old file, every time.
+  The race runs in the sandbox on thread ranks; the reference state is rebuilt in the
+  judge from the case (the training is deterministic).
 
 Test: ``pytest tests/test_exercises_dp_ddp.py -k "sampler or checkpoint"``
 """
@@ -24,7 +26,7 @@ import torch
 from torch import nn
 
 from minidp.comm import barrier
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere, same
+from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Result, everywhere, same
 
 SLOW_SAVE_S = 0.5
 
@@ -39,9 +41,15 @@ def _torch_indices(case, rank: int, epoch: int) -> list[int]:
     return list(sampler)
 
 
-def _run_sampler(fn, case, rank, world, group) -> Result:
+def _learn_sampler(fn, case, rank, world, group) -> Answer:
+    got = fn(
+        case["n"], world, rank, case["epoch"], case["seed"], case["shuffle"], case["drop_last"]
+    )
+    return Answer(list(got) if isinstance(got, (list, tuple)) else got)
+
+
+def _expect_sampler(case, rank, world, group) -> Expected:
     n, epoch = case["n"], case["epoch"]
-    got = fn(n, world, rank, epoch, case["seed"], case["shuffle"], case["drop_last"])
     order = _torch_indices({**case, "world": 1}, 0, epoch)  # the shared order, unpadded
     share = -(-n // world)  # ceil(n / W)
     extra = {
@@ -49,8 +57,7 @@ def _run_sampler(fn, case, rank, world, group) -> Result:
         "unpadded": order[rank::world],
         "block": (order + order * world)[rank * share : (rank + 1) * share],
     }
-    return Result(list(got) if isinstance(got, (list, tuple)) else got,
-                  _torch_indices(case, rank, epoch), extra)  # fmt: skip
+    return Expected(_torch_indices(case, rank, epoch), extra)
 
 
 SAMPLER_CASES = (  # 10 on 3 ranks pads to 12 (indices 0 and 1 twice); drop_last cuts to 9
@@ -103,7 +110,13 @@ DISTRIBUTED_SAMPLER = Exercise(
     lesson="12_distributed_sampler",
     summary="this rank's indices for one epoch: shared shuffle (seed + epoch), pad, stride",
     reference="torch.utils.data.DistributedSampler after set_epoch(epoch), the same list",
-    run_rank=_run_sampler,
+    learn=_learn_sampler,
+    expect=_expect_sampler,
+    answers=(
+        "torch.utils.data.distributed.DistributedSampler",
+        "minidp.ddp.sampler.DistributedSampler",
+        "minidp.ddp.textbook_sampler.DistributedSampler",
+    ),
     cases=SAMPLER_CASES,
     strategy=sampler_cases,
     shrink=shrink_sampler,
@@ -161,7 +174,7 @@ def _state(model: nn.Module, opt: torch.optim.Optimizer) -> list:
     return [t.detach().clone() for t in model.state_dict().values()] + momenta
 
 
-def _run_checkpoint(fn, case, rank, world, group) -> Result:
+def _learn_checkpoint(fn, case, rank, world, group) -> Answer:
     seed = case.get("seed", 0)
     path = Path(tempfile.gettempdir()) / f"minidp-exercise-{os.getpid()}-w{world}-s{seed}.pt"
     old_model, old_opt = _trained(case, seed, steps=1)  # yesterday's checkpoint
@@ -173,6 +186,15 @@ def _run_checkpoint(fn, case, rank, world, group) -> Result:
     if rank == 0:
         time.sleep(SLOW_SAVE_S)  # rank 0 is late: a loader that does not wait reads the old file
     fn(model, opt, fresh_model, fresh_opt, str(path), group)
+    barrier(group)  # everyone has read the file before it goes
+    if rank == 0:
+        path.unlink(missing_ok=True)
+    return Answer(_state(fresh_model, fresh_opt))
+
+
+def _expect_checkpoint(case, rank, world, group) -> Expected:
+    seed = case.get("seed", 0)
+    model, opt = _trained(case, seed, steps=case["steps"])
     buffer = io.BytesIO()  # the reference: torch.save / torch.load of the same state
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, buffer)
     buffer.seek(0)
@@ -180,11 +202,9 @@ def _run_checkpoint(fn, case, rank, world, group) -> Result:
     ref_model, ref_opt = _trained(case, seed + 1000, steps=0)
     ref_model.load_state_dict(loaded["model"])
     ref_opt.load_state_dict(loaded["optimizer"])
-    barrier(group)  # everyone has read the file before it goes
-    if rank == 0:
-        path.unlink(missing_ok=True)
-    extra = {"old": _state(old_model, old_opt), "fresh": _state(*_trained(case, seed + 1000, 0))}
-    return Result(_state(fresh_model, fresh_opt), _state(ref_model, ref_opt), extra)
+    old = _state(*_trained(case, seed, steps=1))
+    extra = {"old": old, "fresh": _state(*_trained(case, seed + 1000, 0))}
+    return Expected(_state(ref_model, ref_opt), extra)
 
 
 def _weights_only(r: Result) -> bool:
@@ -198,7 +218,8 @@ CHECKPOINT = Exercise(
     lesson="15_checkpoints",
     summary="save model + optimizer on rank 0, barrier, load on every rank (map_location)",
     reference="torch.save / torch.load(map_location='cpu', weights_only=True) of the same state",
-    run_rank=_run_checkpoint,
+    learn=_learn_checkpoint,
+    expect=_expect_checkpoint,
     cases=(
         {"world": 1, "steps": 2, "seed": 0},
         {"world": 2, "steps": 2, "seed": 1},

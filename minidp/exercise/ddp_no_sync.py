@@ -3,7 +3,8 @@
 K micro-batches, ONE all-reduce: the learner's function gets a torch DDP whose comm hook
 counts the all-reduces, and must give the gradients of torch DDP used as documented
 (``no_sync`` around all but the last micro-batch). Models, data and the float64 tolerance
-are ``ddp_grads.py``'s.
+are ``ddp_grads.py``'s. Both sides need torch DDP: the learner's runs on rank processes
+forked in the sandbox, torch's in the judge's reference worker.
 
 Test: ``pytest tests/test_exercises_dp_ddp.py -k no_sync``
 """
@@ -23,7 +24,7 @@ from minidp.exercise.ddp_grads import (
     _st,
     ddp_cases,
 )
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere
+from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, everywhere
 
 
 def _counting_hook(state: dict, bucket):
@@ -31,25 +32,29 @@ def _counting_hook(state: dict, bucket):
     return default_hooks.allreduce_hook(state["group"], bucket)
 
 
-def _run_no_sync(fn, case, rank, world, group) -> Result:
+def _counted_ddp(case, group):
+    model = _model(case)
+    ddp = nn.parallel.DistributedDataParallel(model, process_group=group)
+    state = {"count": 0, "group": group}
+    ddp.register_comm_hook(state, _counting_hook)
+    return model, ddp, state
+
+
+def _learn_no_sync(fn, case, rank, world, group) -> Answer:
     micro = [_data(case, rank, step) for step in range(case["micro"])]
-    counts = []
-    for which in ("reference", "learner"):
-        model = _model(case)
-        ddp = nn.parallel.DistributedDataParallel(model, process_group=group)
-        state = {"count": 0, "group": group}
-        ddp.register_comm_hook(state, _counting_hook)
-        if which == "reference":  # torch's documented pattern
-            with ddp.no_sync():
-                for batch in micro[:-1]:
-                    _loss(ddp, batch).backward()
-            _loss(ddp, micro[-1]).backward()
-            expected = _grads(model)
-        else:
-            fn(ddp, micro, _loss)
-            got = _grads(model)
-        counts.append(state["count"])
-    return Result([*got, counts[1]], [*expected, counts[0]], extra={"micro": case["micro"]})
+    model, ddp, state = _counted_ddp(case, group)
+    fn(ddp, micro, _loss)
+    return Answer([*_grads(model), state["count"]])
+
+
+def _expect_no_sync(case, rank, world, group) -> Expected:
+    micro = [_data(case, rank, step) for step in range(case["micro"])]
+    model, ddp, state = _counted_ddp(case, group)
+    with ddp.no_sync():  # torch's documented pattern
+        for batch in micro[:-1]:
+            _loss(ddp, batch).backward()
+    _loss(ddp, micro[-1]).backward()
+    return Expected([*_grads(model), state["count"]], {"micro": case["micro"]})
 
 
 def _synced(count_of):
@@ -62,7 +67,9 @@ NO_SYNC_ACCUMULATION = Exercise(
     summary="accumulate K micro-batches with ddp.no_sync(): one all-reduce, not K",
     reference="torch DDP used as documented (no_sync around forward+backward of all but the "
     "last micro-batch): its gradients, float64 rtol 1e-12, and its all-reduce count",
-    run_rank=_run_no_sync,
+    learn=_learn_no_sync,
+    expect=_expect_no_sync,
+    processes=True,
     cases=tuple({**c, "micro": m} for c, m in zip(CASES, (3, 2, 3))),
     strategy=lambda: ddp_cases(micro=_st().integers(1, 4)),
     **ON_RANK_PROCESSES,

@@ -5,9 +5,14 @@ its own batch (its own seed), which only multiplies the cases. The references:
 
 * scatter / gather: torch's own ``torch.nn.parallel.scatter_gather`` code. It walks the
   containers in Python and hands each tensor to the autograd Functions ``Scatter`` /
-  ``Gather``, which need CUDA; on CPU those two leaves are swapped, for the duration of
-  the call, for their documented CPU meaning (``Tensor.chunk`` / ``torch.cat``), exactly
-  as lesson 2 and ``tests/test_dp_scatter_gather.py`` do. ``torch.equal``.
+  ``Gather``, which need CUDA; the reference always runs them on CPU — whether or not the
+  machine has CUDA — with those two leaves swapped, for the duration of the call, for
+  their documented CPU meaning (``Tensor.chunk`` / ``torch.cat``), exactly as lesson 2 and
+  ``tests/test_dp_scatter_gather.py`` do. ``torch.equal``. The learner's devices are
+  ``["cpu"] * n``, simulated devices, on every machine.
+
+The learner may not call the answer: minidp's and torch's scatter/gather are unavailable
+in the sandbox (``answers``).
 
 Test: ``pytest tests/test_exercises_dp_ddp.py -k "scatter or gather"``
 """
@@ -21,7 +26,7 @@ import threading
 import torch
 import torch.nn.parallel.scatter_gather as torch_sg
 
-from minidp.exercise.spec import Exercise, Mistake, Result, same
+from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Result, same
 
 _SWAP = threading.Lock()  # rank threads share torch's module: one swap at a time
 
@@ -108,13 +113,16 @@ def _any_rank(test):
 # ----------------------------------------------------------------------------- scatter
 
 
-def _run_scatter(fn, case, rank, world, group) -> Result:
+def _learn_scatter(fn, case, rank, world, group) -> Answer:
     x, y = _batch(case, rank)
-    inputs = (x, y, "train")  # two batched tensors and a plain object
-    with torch_scatter_gather_on_cpu():
-        expected = torch_sg.scatter(inputs, list(range(case["devices"])))
-    got = fn((x.clone(), y.clone(), "train"), ["cpu"] * case["devices"])
-    return Result(got, [tuple(e) for e in expected], extra={"input": x})
+    return Answer(fn((x, y, "train"), ["cpu"] * case["devices"]))  # simulated devices
+
+
+def _expect_scatter(case, rank, world, group) -> Expected:
+    x, y = _batch(case, rank)
+    with torch_scatter_gather_on_cpu():  # two batched tensors and a plain object
+        expected = torch_sg.scatter((x, y, "train"), list(range(case["devices"])))
+    return Expected([tuple(e) for e in expected], {"input": x})
 
 
 def _rows(answer) -> list:
@@ -132,7 +140,9 @@ SCATTER = Exercise(
     lesson="02_scatter_gather",
     summary="cut a batch (and every tensor argument) into one chunk per device",
     reference="torch.nn.parallel.scatter (its code; Scatter = Tensor.chunk on CPU), torch.equal",
-    run_rank=_run_scatter,
+    learn=_learn_scatter,
+    expect=_expect_scatter,
+    answers=("minidp.dp.scatter", "minidp.dp.textbook", "torch.nn.parallel.scatter_gather"),
     cases=CASES,
     strategy=dp_cases,
     shrink=shrink_dp,
@@ -162,16 +172,23 @@ SCATTER = Exercise(
 # ----------------------------------------------------------------------------- gather
 
 
-def _run_gather(fn, case, rank, world, group) -> Result:
+def _outputs(case, rank: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """This rank's batch and what the replicas return for it (chunks along ``dim``)."""
     x, _ = _batch(case, rank)
-    dim = case.get("dim", 0)
-    if dim == 1:
+    if case.get("dim", 0) == 1:
         x = x.T.contiguous()  # (F, B): the batch runs along dim 1
-    outputs = [c.clone() for c in x.chunk(case["devices"], dim)]  # what the replicas return
+    return x, [c.clone() for c in x.chunk(case["devices"], case.get("dim", 0))]
+
+
+def _learn_gather(fn, case, rank, world, group) -> Answer:
+    return Answer(fn(_outputs(case, rank)[1], "cpu", case.get("dim", 0)))
+
+
+def _expect_gather(case, rank, world, group) -> Expected:
+    x, outputs = _outputs(case, rank)
     with torch_scatter_gather_on_cpu():
-        expected = torch_sg.gather(outputs, "cpu", dim)
-    got = fn([o.clone() for o in outputs], "cpu", dim)
-    return Result(got, expected, extra={"input": x, "outputs": outputs})
+        expected = torch_sg.gather(outputs, "cpu", case.get("dim", 0))
+    return Expected(expected, {"input": x, "outputs": outputs})
 
 
 def _reordered(case, r: Result) -> bool:
@@ -191,7 +208,9 @@ GATHER = Exercise(
     lesson="02_scatter_gather",
     summary="concatenate the replicas' outputs, in device order, along dim",
     reference="torch.nn.parallel.gather (its own code, Gather = torch.cat on CPU), torch.equal",
-    run_rank=_run_gather,
+    learn=_learn_gather,
+    expect=_expect_gather,
+    answers=("minidp.dp.gather", "torch.nn.parallel.scatter_gather"),
     cases=GATHER_CASES,
     strategy=lambda: dp_cases().map(lambda c: {**c, "dim": c["seed"] % 2}),
     shrink=shrink_dp,

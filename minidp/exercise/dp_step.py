@@ -1,9 +1,21 @@
 """Exercise ``data_parallel_step`` (lesson 3): one whole DataParallel step.
 
-The reference is ``torch.nn.DataParallel`` on the same float64 model and batch. Without an
-accelerator torch's wrapper is the plain module, so the per-chunk sums round differently
-from its full-batch ones: float64 keeps that below 1e-13 relative, and the tolerance (rtol
-1e-10) is far tighter than any classic mistake. Cases and batches are ``dp_split.py``'s.
+The learner's devices are ``["cpu"] * n`` — simulated devices, on every machine — and the
+model and batch are float64 on the CPU. Every device choice of the reference is explicit:
+
+* always, the **CPU reference**: the plain module's forward and backward on the whole
+  batch — what ``torch.nn.DataParallel`` computes on a machine without an accelerator
+  (its ``forward`` is ``self.module(*inputs)`` when it has no device ids). It does not
+  call the wrapper: with CUDA present the wrapper would move the model to ``cuda:0``;
+* where CUDA exists (:func:`gpu_plan`, decided by the judge and written into every case
+  as ``cuda=K``), also **torch's real GPU DataParallel** on all K GPUs: a copy of the
+  model moved to ``cuda:0``, ``nn.DataParallel(copy, device_ids=[0..K-1])``, the batch on
+  ``cuda:0``; its output, loss and gradients (back on the CPU) are compared with the
+  learner's too.
+
+The learner's per-chunk sums round differently from the full-batch ones (and the GPU's
+from the CPU's): float64 keeps that below 1e-13 relative, and the tolerance (rtol 1e-10)
+is far tighter than any classic mistake. Cases and batches are ``dp_split.py``'s.
 
 Test: ``pytest tests/test_exercises_dp_ddp.py -k data_parallel``
 """
@@ -14,7 +26,19 @@ import torch
 from torch import nn
 
 from minidp.exercise.dp_split import CASES, _any_rank, _batch, dp_cases, shrink_dp
-from minidp.exercise.spec import Exercise, Mistake, Result
+from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Result
+
+
+def gpu_plan(cuda_available: bool, cuda_count: int) -> dict:
+    """What every case adds about the machine: ``{"cuda": K}`` where torch's real GPU
+    DataParallel runs beside the CPU reference (K = every GPU there is; one GPU:
+    DataParallel on ``cuda:0`` alone), ``{}`` without CUDA."""
+    return {"cuda": int(cuda_count)} if cuda_available and cuda_count > 0 else {}
+
+
+def machine_plan() -> dict:
+    """:func:`gpu_plan` for this machine (asked in the judge: the zygote never touches CUDA)."""
+    return gpu_plan(torch.cuda.is_available(), torch.cuda.device_count())
 
 
 def _mlp(case) -> nn.Module:
@@ -50,21 +74,53 @@ def _per_replica_grads(model: nn.Module, x, y, devices: int) -> list[list[torch.
     return shares
 
 
-def _run_dp_step(fn, case, rank, world, group) -> Result:
+def _plain(x):
+    return x.detach() if isinstance(x, torch.Tensor) else x
+
+
+def _grads(model: nn.Module) -> list:
+    return [None if p.grad is None else p.grad.detach().to("cpu") for p in model.parameters()]
+
+
+def _learn_dp_step(fn, case, rank, world, group) -> Answer:
+    x, y = _batch(case, rank)
+    mine = _mlp(case)  # float64 on the CPU (and an earlier .grad, if accumulating)
+    seen = _rows_seen(mine)
+    answer = fn(mine, x.double(), y, nn.functional.cross_entropy, ["cpu"] * case["devices"])
+    out, loss = answer if isinstance(answer, (tuple, list)) and len(answer) == 2 else (answer, None)
+    got = [_plain(out), _plain(loss), sorted(seen, reverse=True), *_grads(mine)]
+    if case.get("cuda"):  # the same answer, compared with torch's GPU DataParallel too
+        got += [_plain(out), _plain(loss), *_grads(mine)]
+    return Answer(got)
+
+
+def _gpu_data_parallel(case, x, y) -> list:
+    """torch's real DataParallel on ``case["cuda"]`` GPUs: output, loss, gradients (on CPU)."""
+    model = _mlp(case).to("cuda:0")  # Module.to moves an earlier .grad too
+    official = nn.DataParallel(model, device_ids=list(range(case["cuda"])))
+    out = official(x.to("cuda:0"))
+    loss = nn.functional.cross_entropy(out, y.to("cuda:0"))
+    loss.backward()
+    return [out.detach().to("cpu"), loss.detach().to("cpu"), *_grads(model)]
+
+
+def _expect_dp_step(case, rank, world, group) -> Expected:
     x, y = _batch(case, rank)
     x = x.double()
-    model, mine = _mlp(case), _mlp(case)  # same weights (and earlier .grad, if any)
-    seen = _rows_seen(mine)
-    official = nn.DataParallel(model)  # no accelerator: device_ids == [], the plain module
-    out = official(x)
+    model = _mlp(case)
+    out = model(x)  # torch's DataParallel without an accelerator: the plain module (see above)
     loss = nn.functional.cross_entropy(out, y)
     loss.backward()
-    got_out, got_loss = fn(mine, x.clone(), y.clone(), nn.functional.cross_entropy,
-                           ["cpu"] * case["devices"])  # fmt: skip
     chunks = list(zip(x.chunk(case["devices"]), y.chunk(case["devices"])))
     per_chunk = [nn.functional.cross_entropy(model(xc), yc) for xc, yc in chunks]
     rows = sorted([len(xc) for xc, _ in chunks], reverse=True)  # torch's scatter: chunk()
     names = [f"{n}'s gradient" for n, _ in model.named_parameters()]
+    labels = ["output", "loss", "rows each device received", *names]
+    expected = [out.detach(), loss.detach(), rows, *_grads(model)]
+    if case.get("cuda"):
+        expected += _gpu_data_parallel(case, x, y)
+        gpu = f"torch's DataParallel on {case['cuda']} GPU(s)"
+        labels += [f"output vs {gpu}", f"loss vs {gpu}", *[f"{n} vs {gpu}" for n in names]]
     extra = {
         "input": x,
         "used": len(chunks),
@@ -72,12 +128,9 @@ def _run_dp_step(fn, case, rank, world, group) -> Result:
         "mean_of_means": torch.stack(per_chunk).mean().detach(),
         "shares": _per_replica_grads(_mlp(case), x, y, case["devices"]),
         "even rows": sorted([len(c) for c in x.tensor_split(case["devices"])], reverse=True),
-        "labels": ["output", "loss", "rows each device received", *names],
+        "labels": labels,
     }
-    got = [got_out.detach(), got_loss.detach(), sorted(seen, reverse=True),
-           *[p.grad for p in mine.parameters()]]  # fmt: skip
-    expected = [out.detach(), loss.detach(), rows, *[p.grad for p in model.parameters()]]
-    return Result(got, expected, extra)
+    return Expected(expected, extra)
 
 
 def _close(a, b) -> bool:
@@ -115,8 +168,24 @@ DATA_PARALLEL_STEP = Exercise(
     name="data_parallel_step",
     lesson="03_data_parallel",
     summary="one DataParallel step: scatter, replicate, threads, gather, summed gradients",
-    reference="torch.nn.DataParallel (CPU: the plain module), float64, rtol 1e-10",
-    run_rank=_run_dp_step,
+    reference="torch.nn.DataParallel: on CPU its plain-module forward/backward, and where "
+    "CUDA exists also the real wrapper on the GPUs; float64, rtol 1e-10",
+    learn=_learn_dp_step,
+    expect=_expect_dp_step,
+    plan=machine_plan,
+    answers=(
+        "minidp.dp.textbook",
+        "minidp.dp.replicate",
+        "minidp.dp.parallel_apply",
+        "minidp.dp.scatter",
+        "minidp.dp.gather",
+        "minidp.dp.data_parallel.DataParallel",
+        "torch.nn.parallel.data_parallel",
+        "torch.nn.parallel.data_parallel.DataParallel",
+        "torch.nn.parallel.replicate",
+        "torch.nn.parallel.parallel_apply",
+        "torch.nn.parallel.scatter_gather",
+    ),
     cases=tuple(
         {**{k: v for k, v in c.items() if k != "dtype"}, "accumulate": i == 3}
         for i, c in enumerate(CASES)

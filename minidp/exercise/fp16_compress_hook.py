@@ -20,7 +20,11 @@ the sum) shows as other bits. Dividing by 2 only shifts the exponent, so with 2 
 those two slips give torch's bits; the fixed cases show them from 3 ranks.
 
 The classic mistakes' gradients come from the same DDP with the slip's hook (``SLIPS``):
-recognised bit for bit. Real rank processes (torch DDP wants a full ProcessGroup).
+recognised bit for bit. Real rank processes (torch DDP wants a full ProcessGroup): the
+learner's hook trains in rank processes forked in the sandbox, watched by
+``hook_watch.HookWatch`` (a blocking hook returning a completed Future, a collective on
+the default group); torch's hook and the slips' in the judge's reference worker. The
+last item compared: "the hook's Future completed only after its all-reduce".
 
 Test: ``pytest tests/test_exercise_set_b.py -k fp16``
 """
@@ -33,7 +37,8 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from minidp.exercise.ddp_grads import CASES, _data, _grads, _model, ddp_cases, warm_ddp
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere, same
+from minidp.exercise.hook_watch import HookWatch
+from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, everywhere, same
 
 CAP_MB = 100 / 2**20  # 100-byte buckets: the MLP's 588 bytes of gradients make three
 STEPS = 2  # the second backward runs on the rebuilt buckets
@@ -103,13 +108,19 @@ def _train(hook, case, rank: int, group) -> list:
     return grads
 
 
-def _run(fn, case, rank, world, group) -> Result:
+def _learn(fn, case, rank, world, group) -> Answer:
+    with HookWatch(group, fn.__code__.co_filename) as watch:
+        grads = _train(watch.wrap(fn), case, rank, group)
+    return Answer([*grads, watch.asynchronous()], {"blocking": watch.blocking})
+
+
+def _expect(case, rank, world, group) -> Expected:
     expected = _train(default_hooks.fp16_compress_hook, case, rank, group)
-    got = _train(fn, case, rank, group)
-    slips = {name: _train(hook, case, rank, group) for name, hook in SLIPS.items()}
+    slips = {name: [*_train(hook, case, rank, group), True] for name, hook in SLIPS.items()}
     names = [name for name, _ in _model(case).named_parameters()]
     labels = [f"step {s + 1}: {n}'s gradient" for s in range(STEPS) for n in names]
-    return Result(got, expected, {"slips": slips, "labels": labels})
+    labels.append("the hook's Future completed only after its all-reduce")
+    return Expected([*expected, True], {"slips": slips, "labels": labels})
 
 
 def _is(slip: str, min_world: int = 1):
@@ -125,10 +136,14 @@ FP16_COMPRESS_HOOK = Exercise(
     lesson="22_mixed_precision",
     summary="a DDP comm hook: all-reduce each bucket in float16, divide first, copy back",
     reference="torch DDP with torch's fp16_compress_hook registered (gloo), float32, torch.equal",
-    run_rank=_run,
+    learn=_learn,
+    expect=_expect,
     cases=CASES,
     strategy=ddp_cases,
     processes=True,
+    reference_processes=True,
+    generated=4,
+    answers=("torch.distributed.algorithms.ddp_comm_hooks.default_hooks", "minidp.ddp.hooks"),
     shrink=lambda case: iter(()),  # the cases are small; a try costs seconds
     prepare=warm_ddp,
     mistakes=(
@@ -170,6 +185,24 @@ FP16_COMPRESS_HOOK = Exercise(
             "the gradients are the plain float32 average: cast the bucket to torch.float16 "
             "before the all-reduce — that halves the bytes sent, and rounds as torch does.",
             _is("no compression"),
+        ),
+        Mistake(
+            "all-reduced on the default group",
+            "the hook must all-reduce on `state`, the process group DDP hands it (DDP may "
+            "run on a subgroup): dist.all_reduce(compressed, group=state, async_op=True). "
+            "On the default group, ranks outside DDP's group never join and it hangs.",
+            raised=r"WrongGroup: ",
+        ),
+        Mistake(
+            "blocking all-reduce in the hook",
+            "the gradients are right, but the hook waited for its all-reduce and returned an "
+            "already-completed Future: the communication no longer overlaps the rest of "
+            "backward, which is what comm hooks are for. Start it with async_op=True and "
+            "return fut.then(decompress) — DDP waits for the Future itself, at the end.",
+            lambda case, results: everywhere(
+                results,
+                lambda rank, r: r.got[-1] is False and same(r.got[:-1], r.expected[:-1]),
+            ),
         ),
         Mistake(
             "returned the all-reduce's future",

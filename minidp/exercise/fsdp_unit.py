@@ -9,9 +9,12 @@ the answer is the output and this rank's rows of every averaged gradient.
 The torch component: ``torch.nn.parallel.DistributedDataParallel`` on the full module
 (same weights, same per-rank input and output gradient) — FSDP's output is the plain
 forward, and its gradient shard is this rank's ``torch.chunk`` of the DDP-averaged
-gradient (``tests/test_fsdp.py`` shows minidp's FSDP equal to FSDP2 and to DDP). float64,
+gradient (what FSDP2's ``fully_shard`` gives too: ``tests/test_fsdp.py``). float64,
 rtol 1e-12: from 3 ranks on the learner's reduce-scatter adds in another order than
 DDP's all-reduce; classic mistakes (a factor of W, padding rows left in) are far larger.
+
+The learner's side runs on thread ranks in the sandbox (its tools are minidp's
+``all_gather`` and ``reduce_scatter``); torch DDP in the judge's reference worker.
 
 Test: ``pytest tests/test_exercises.py -k fsdp_unit``
 """
@@ -22,7 +25,7 @@ import torch
 from torch import nn
 
 from minidp.exercise.ddp_grads import DIVIDED_TWICE_HINT, warm_ddp
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere
+from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Result, Traffic, everywhere
 
 TOL = (1e-12, 1e-15)  # float64; only the summation order may differ (see above)
 CASES = (
@@ -48,17 +51,16 @@ def _chunk(t: torch.Tensor, world: int, rank: int) -> torch.Tensor:
     return chunks[rank].clone() if rank < len(chunks) else t.new_empty((0, *t.shape[1:]))
 
 
-def _run(fn, case, rank, world, group) -> Result:
+def _inputs(case, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(case["seed"] * 7919 + rank * 101)
     x = torch.randn(4, 3, generator=g, dtype=torch.float64)  # this rank's input
-    grad_out = torch.randn(4, 2, generator=g, dtype=torch.float64)
+    return x, torch.randn(4, 2, generator=g, dtype=torch.float64)  # and d loss / d output
+
+
+def _learn(fn, case, rank, world, group) -> Answer:
+    x, grad_out = _inputs(case, rank)
     full = _module(case)
-    ddp = nn.parallel.DistributedDataParallel(full, process_group=group)
-    out = ddp(x)
-    out.backward(grad_out)  # averaged over the ranks inside backward
     names = [n for n, _ in full.named_parameters()]
-    # compared as [output, grad shard of each parameter in module order]
-    expected = [out.detach()] + [_chunk(p.grad, world, rank) for p in full.parameters()]
     shards = {n: _chunk(p.detach(), world, rank) for n, p in full.named_parameters()}
     empty = _module(case)
     with torch.no_grad():
@@ -69,8 +71,27 @@ def _run(fn, case, rank, world, group) -> Result:
     if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], dict):
         got_out = answer[0].detach() if isinstance(answer[0], torch.Tensor) else answer[0]
         got = [got_out] + [answer[1].get(n) for n in names]
+    return Answer(got)
+
+
+def _expect(case, rank, world, group) -> Expected:
+    x, grad_out = _inputs(case, rank)
+    full = _module(case)
+    ddp = nn.parallel.DistributedDataParallel(full, process_group=group)
+    out = ddp(x)
+    out.backward(grad_out)  # averaged over the ranks inside backward
+    names = [n for n, _ in full.named_parameters()]
+    # compared as [output, grad shard of each parameter in module order]
+    expected = [out.detach()] + [_chunk(p.grad, world, rank) for p in full.parameters()]
     full_grads = {n: p.grad for n, p in full.named_parameters()}
-    return Result(got, expected, extra={"full_grads": full_grads, "names": names})
+    return Expected(expected, {"full_grads": full_grads, "names": names})
+
+
+def _least(case, world: int) -> list[tuple[int, None]]:
+    """Every rank's rows of every parameter must reach the others: (W-1) x its floor share."""
+    rows_cols = [(5, 3), (5, 1), (2, 5), (2, 1)]  # the unit's weights and biases
+    least = sum((world - 1) * (rows // world) * cols * 8 for rows, cols in rows_cols)
+    return [(least, None)] * world
 
 
 def _grads(result: Result) -> dict:
@@ -116,10 +137,13 @@ FSDP_UNIT = Exercise(
     summary="one FSDP unit: all-gather the shards, forward, backward, reduce-scatter the grads",
     reference="torch.nn.parallel.DistributedDataParallel's output and this rank's torch.chunk "
     "of its averaged gradients (gloo), float64, rtol 1e-12",
-    run_rank=_run,
+    learn=_learn,
+    expect=_expect,
+    reference_processes=True,
+    answers=("minidp.fsdp.textbook.TextbookFSDP",),
+    traffic=Traffic(bounds=_least, formula="the all-gather of every rank's rows"),
     cases=CASES,
     tolerance=lambda case: TOL,
-    processes=True,
     shrink=lambda case: iter(()),  # the cases are already small; each try costs a world
     prepare=warm_ddp,
     mistakes=(

@@ -10,19 +10,21 @@ averaged over **all** W ranks, in HSDP's two steps: reduce-scatter within the sh
 replicate group, and divide by W.
 
 The torch component: gloo's ``all_reduce`` (SUM) of the full gradient on the whole world,
-divided by W, ``torch.chunk(S)[shard rank]`` (empty when the chunks run out). Inputs are
-small integers (``spec.small_ints``), so every sum is exact in any order: where W is a
-power of two every division is exact too and answers must be ``torch.equal`` (2×2: each
-sum has one addition per step); otherwise the learner may divide in steps (``op="avg"``
-twice) or before summing, which rounds differently, so ``assert_close`` with a tolerance
-of a few ulps of the dtype (every classic mistake is off by a factor of 2 or more).
+divided by W, ``torch.chunk(S)[shard rank]`` (empty when the chunks run out), on the
+judge's thread ranks. Inputs are ``inputs.values`` (fractions, large and small magnitudes,
+both signs, negative zero), so every sum is exact in any order: where W is a power of two
+every division is exact too and answers must be ``torch.equal`` (2×2: each sum has one
+addition per step); otherwise the learner may divide in steps (``op="avg"`` twice) or
+before summing, which rounds differently, so ``assert_close`` with a tolerance of a few
+ulps of the dtype (every classic mistake is off by a factor of 2 or more).
 
 The groups: thread ranks share one gloo group, so rows and columns are
 :class:`MeshGroup` views of it (``rank``, ``size``, ``send``, ``recv`` in their own ranks:
 what minidp's collectives use), sending through the learner's group of the call
 (``learner_group.py``: both ends compared, bytes counted). Two ranks share at most one row
 or column, so the groups' messages never meet. Right values moved wastefully (the whole
-gradient all-reduced in a group) fail on the byte budget.
+gradient all-reduced in a group) fail on the byte budget; the reference solution is not
+available to the sandbox (reading ``lessons/solutions/`` is tampering).
 
 Run: ``python -m minidp exercise check hsdp_reduce``;
 test: ``pytest tests/test_exercise_set_a.py -k hsdp``
@@ -35,8 +37,17 @@ from collections.abc import Iterable
 import torch
 
 from minidp.exercise import reference
+from minidp.exercise.inputs import values
 from minidp.exercise.learner_group import LearnerGroup, RefusedCall
-from minidp.exercise.spec import Budget, Case, Exercise, Mistake, Result, everywhere, small_ints
+from minidp.exercise.spec import (
+    Answer,
+    Case,
+    Exercise,
+    Expected,
+    Mistake,
+    Traffic,
+    everywhere,
+)
 from minidp.identity import current_group
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -120,18 +131,20 @@ def _chunk(t: torch.Tensor, s: int, i: int) -> torch.Tensor:
     return chunks[i].clone() if i < len(chunks) else t.new_empty((0, *t.shape[1:]))
 
 
-def _run(fn, case, rank, world, group) -> Result:
+def _learn(fn, case, rank, world, group) -> Answer:
     r, s = mesh(case)
-    grads = [small_ints(case, g) for g in range(world)]  # every rank's, to judge mistakes
-    x = grads[rank]
-    total = reference.all_reduce(x.clone(), group)  # gloo SUM over the whole world
-    expected = _chunk(total / world, s, rank % s)
     shard_ranks, replicate_ranks = row_and_column(rank, r, s)
     shard_group = MeshGroup(shard_ranks, rank, "shard")
     replicate_group = MeshGroup(replicate_ranks, rank, "replicate")
-    mine = x.clone()
-    got = fn(mine, shard_group, replicate_group)
-    return Result(got, expected, extra={"grads": grads, "input": x})
+    return Answer(fn(values(case, rank), shard_group, replicate_group))
+
+
+def _expect(case, rank, world, group) -> Expected:
+    r, s = mesh(case)
+    grads = [values(case, g) for g in range(world)]  # every rank's, to judge mistakes
+    total = reference.all_reduce(grads[rank].clone(), group)  # gloo SUM over the whole world
+    expected = _chunk(total / world, s, rank % s)
+    return Expected(expected, {"grads": grads, "input": grads[rank]})
 
 
 def _hsdp_cases():
@@ -218,15 +231,19 @@ def _full(case, results) -> bool:
     )
 
 
-def _limit(case: Case, world: int) -> int:
-    """HSDP's bytes: the reduce-scatter's S-1 padded pieces (ceil(rows / S) rows each), then
-    one piece all-reduced across R ranks (minidp: one exchange, R-1 pieces; or the ring's
-    2(R-1) chunks of ceil(piece / R))."""
+def _bounds(case: Case, world: int) -> list[tuple[int, int]]:
+    """HSDP's bytes per rank. At most: the reduce-scatter's S-1 padded pieces (ceil(rows/S)
+    rows each), then one piece all-reduced across R ranks (minidp: one exchange, R-1
+    pieces; or the ring's 2(R-1) chunks of ceil(piece/R)). At least: S-1 pieces of
+    floor(rows/S) rows, then (R-1)/R of a piece."""
     r, s = mesh(case)
     shape = tuple(case["shape"])
-    n = -(-shape[0] // s) * int(torch.Size(shape[1:]).numel())  # elements in a piece
+    cols = int(torch.Size(shape[1:]).numel())
+    n, floor = -(-shape[0] // s) * cols, shape[0] // s * cols  # elements in a piece
     size = torch.empty(0, dtype=getattr(torch, case["dtype"])).element_size()
-    return ((s - 1) * n + max((r - 1) * n, 2 * (r - 1) * -(-n // r))) * size
+    most = ((s - 1) * n + max((r - 1) * n, 2 * (r - 1) * -(-n // r))) * size
+    least = ((s - 1) * floor + (r - 1) * floor // r) * size
+    return [(least, most)] * world
 
 
 HSDP_REDUCE = Exercise(
@@ -235,16 +252,17 @@ HSDP_REDUCE = Exercise(
     summary="HSDP's gradient: reduce-scatter in the shard group, all-reduce across replicas",
     reference="gloo all_reduce (SUM) on the whole world / W, torch.chunk(S)[shard rank]; "
     "torch.equal when W is a power of two, else a few ulps",
-    run_rank=_run,
+    learn=_learn,
+    expect=_expect,
     cases=CASES,
     strategy=_hsdp_cases,
     shrink=_shrink,
     tolerance=lambda case: None if _power_of_two(case["world"]) else TOLS[case["dtype"]],
-    budget=Budget(
-        limit=_limit,
-        formula="HSDP's most per rank, (S-1) padded pieces + an all-reduce of one piece "
+    traffic=Traffic(
+        bounds=_bounds,
+        formula="HSDP's share per rank, (S-1) padded pieces + an all-reduce of one piece "
         "across R replicas",
-        mistake=Mistake(
+        too_much=Mistake(
             "all-reduced the full gradient",
             "the values are right, but this rank sent far more than HSDP does: reduce-scatter "
             "in the shard group FIRST (each rank keeps 1/S of the gradient), then all-reduce "

@@ -1,38 +1,41 @@
-"""Run a check in a child process, so that nothing the learner's code does can end the
-command with a wrong exit code — and gloo aborting is explained.
+"""The judge's side of the sandbox: start it, read its answers, then end it and all it started.
 
-Three ways a check could end without a verdict, and what this file makes of them:
+:func:`run_sandbox` has the zygote fork a sandbox (``sandbox.py``) for a list of cases,
+reads its frames from a pipe — each case's answers, as data (``wire.py``) — and then
+kills every process below the zygote: the sandbox, its rank processes, and whatever the
+learner's code started and left running (a ``sleep 300`` in a child, double-forked or
+not), which is named as tampering. Nothing is waited for on a pipe the learner's
+processes might hold: frames are read by length, with a watchdog per case.
 
-* gloo ends the whole process (``std::terminate``: "Received data size doesn't match
-  expected size") when a rank receives a message *larger* than the buffer it posted. No
-  Python code can catch that;
-* the learner's code exits: ``os._exit(0)`` inside the function ends the process with
-  code 0, which a grading script would read as a pass;
-* the process is killed, or crashes.
+What cannot be an answer, and what it becomes:
 
-So ``python -m minidp exercise check`` runs the checker in a child (``--in-process``),
-streams its output, and trusts only the *verdict file*: the child writes one JSON line
-per case and a last line with the verdict once every case has one. No last line means no
-verdict — exit 2, whatever the child's exit code — and every failing case the child did
-record is shown again (an abort in case 7 must not hide the WRONG of case 3).
+* the sandbox ends before its last frame — ``os._exit(0)``, a crash, or gloo aborting the
+  process (a rank received a longer message than its buffer): no verdict for the cases
+  left, explained from its stderr (:func:`explain`);
+* a frame that does not parse, comes out of order or is too big: tampering;
+* no frame for ``deadline + WATCHDOG_S`` seconds: the case is stuck.
 
-Exit codes: 0 every case passed; 1 a case failed (wrong, raised, deadlock, not
-implemented yet); 2 no verdict: usage error, unknown exercise, a file that cannot be
-imported, or a check process that crashed, aborted or exited early.
+Exit codes of ``check`` (``__init__.py``): 0 every case passed; 1 a case failed (wrong,
+raised, deadlock, not implemented yet); 2 tampering or no verdict (a file that cannot be
+imported, a sandbox that ended early).
 
-Test: ``pytest tests/test_exercises.py -k abort`` and ``tests/test_exercise_guards.py``
+Test: ``pytest tests/test_exercise_guards.py``
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
+import time
+from dataclasses import dataclass, field
+
+from minidp.exercise import wire
+from minidp.exercise.zygote import Zygote
 
 PASS, FAIL, ERROR = 0, 1, 2  # the command's exit codes
+WATCHDOG_S = 15.0  # past the case deadline: the sandbox itself has stopped answering
+START_S = 60.0  # the sandbox's first frame (it imports nothing new: the zygote did)
 
 # (bytes received, bytes of room): gloo's wording in torch >= 2.7, then in older torch
 SIZES = (
@@ -51,9 +54,27 @@ DTYPE_HINT = (
 )
 
 
-def explain(returncode: int, stderr: str) -> str:
-    """Why the child died, for the learner; "" if it exited normally."""
-    if returncode >= 0 and returncode != 134:  # 134: abort() seen through a shell
+@dataclass
+class SandboxRun:
+    """What one sandbox answered, and how it ended."""
+
+    frames: dict[int, dict] = field(default_factory=dict)  # case index -> its "case" frame
+    load_error: str = ""
+    tamper: list[str] = field(default_factory=list)  # findings, in order, deduplicated
+    died: str = ""  # why it ended before its last frame ("" if it did not)
+    died_in: int | None = None  # the case it was running then
+    ended: str = ""  # "" (its last frame came), "eof", "stuck" or "malformed"
+    output: str = ""  # what the learner's code printed (stdout and stderr)
+
+    def add_tamper(self, findings) -> None:
+        for f in findings if isinstance(findings, list) else [findings]:
+            if isinstance(f, str) and f not in self.tamper:
+                self.tamper.append(wire.decode(f))
+
+
+def explain(returncode: int | None, stderr: str) -> str:
+    """Why the sandbox died, for the learner; "" if it exited normally."""
+    if returncode is not None and returncode >= 0 and returncode != 134:
         return ""
     sizes = next((m for m in (pattern.search(stderr) for pattern in SIZES) if m), None)
     if sizes:
@@ -61,75 +82,108 @@ def explain(returncode: int, stderr: str) -> str:
         ratio = got // room if room and got % room == 0 else 0
         hint = DTYPE_HINT.format(ratio=ratio) if ratio in (2, 4, 8) else SIZE_HINT
         return (
-            "ABORTED: gloo stopped the check process during the case above: a rank received "
+            "ABORTED: gloo stopped the sandbox during this case: a rank received "
             f"a message of {got} bytes into a receive buffer of {room} bytes.\n{hint}"
         )
     tail = "\n".join(stderr.strip().splitlines()[-5:])
-    return f"ABORTED: the check process died (code {returncode}) during the case above:\n{tail}"
+    return f"ABORTED: the sandbox died (code {returncode}) during this case:\n{tail}"
 
 
-def read_records(path: str) -> list[dict]:
-    """The verdict file's JSON lines (a line cut short by a crash is skipped)."""
-    records = []
+def _read(run: SandboxRun, fd: int, n_cases: int, deadline: float) -> str:
+    """Read frames until ``done``; returns "" or what ended the reading ("eof", "stuck")."""
+    expect, current = "hello", None
+    while True:
+        timeout = START_S if expect == "hello" else deadline + WATCHDOG_S
+        try:
+            raw = wire.read_frame(fd, timeout)
+        except TimeoutError:
+            run.died_in = current
+            return "stuck"
+        except wire.Malformed as exc:
+            run.add_tamper(f"the sandbox sent a malformed answer ({exc}): something wrote "
+                           "into the checker's pipe")  # fmt: skip
+            return "malformed"
+        if raw is None:
+            run.died_in = current
+            return "eof"
+        kind = raw.get("kind") if isinstance(raw, dict) else None
+        if kind == "load_error" and expect == "hello-or-load":
+            run.load_error = wire.decode(raw.get("text", ""))
+            run.add_tamper(raw.get("tamper", []))
+            return ""
+        if kind == "done" and expect in ("start", "hello-or-load"):
+            last = run.frames.get(len(run.frames) - 1, {})
+            if len(run.frames) == n_cases or last.get("status") in ("todo", "stuck"):
+                return ""
+            run.add_tamper(f"the sandbox said it was done with {len(run.frames)} of {n_cases} "
+                           "cases answered: something wrote into the checker's pipe")  # fmt: skip
+            return "malformed"
+        if kind == "hello" and expect == "hello":
+            expect = "hello-or-load"
+            continue
+        if (
+            kind == "start"
+            and expect in ("start", "hello-or-load")
+            and raw.get("i") == len(run.frames)
+        ):
+            current, expect = raw["i"], "case"
+            continue
+        if kind == "case" and expect == "case" and raw.get("i") == current < n_cases:
+            run.frames[current] = raw
+            run.add_tamper(raw.get("tamper", []))
+            current, expect = None, "start"
+            continue
+        run.add_tamper(f"the sandbox sent a frame out of order ({kind!r} where {expect!r} was "
+                       "due): something wrote into the checker's pipe")  # fmt: skip
+        return "malformed"
+
+
+def run_sandbox(zyg: Zygote, name: str, path: str, cases: list, deadline: float) -> SandboxRun:
+    """Run ``cases`` of exercise ``name`` on the file ``path`` in a fresh sandbox."""
+    run = SandboxRun()
+    read_fd, write_fd = os.pipe()
+    out = tempfile.TemporaryFile(prefix="minidp-sandbox-")
+    payload = {"name": name, "path": path, "cases": cases, "deadline": deadline}
     try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-    except OSError:
-        pass
-    return records
-
-
-def earlier_failures(records: list[dict]) -> str:
-    """The failing cases the child recorded before it died, with their hints."""
-    lines = []
-    for r in records:
-        if r.get("event") == "case" and r.get("status") not in ("pass", None):
-            lines.append(f"  case {r['i']:>2}  {r['case']}: {r['status'].upper()} — {r['detail']}")
-            if r.get("hint"):
-                lines.append(f"           hint ({r['mistake']}): {r['hint']}")
-    if not lines:
-        return ""
-    return "Before that, these cases had failed:\n" + "\n".join(lines)
-
-
-def run(argv: list[str], capture: bool = False) -> tuple[int, str, str, list[dict]]:
-    """``python -m minidp exercise ARGV --in-process``; returns (exit code, stdout, why,
-    the verdict file's records).
-
-    stdout streams to ours unless ``capture``; stderr is kept to explain an abort (and
-    passed on when there is nothing to explain). ``why`` is "" when the child gave a
-    verdict, else what happened instead.
-    """
-    fd, verdict = tempfile.mkstemp(prefix="minidp-verdict-", suffix=".jsonl")
-    os.close(fd)
-    try:
-        cmd = [sys.executable, "-m", "minidp", "exercise", *argv, "--in-process"]
-        cmd += ["--verdict-file", verdict]
-        proc = subprocess.run(
-            cmd, stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE, text=True
-        )
-        records = read_records(verdict)
+        pid = zyg.fork("sandbox", payload, write_fd, out.fileno())
+        os.close(write_fd)
+        write_fd = -1
+        ended = run.ended = _read(run, read_fd, len(cases), deadline)
+        status = zyg.status(pid)
+        for _ in range(50):  # its pipe closed as it ended: the exit status follows at once
+            if status is not None or ended != "eof":
+                break
+            time.sleep(0.02)
+            status = zyg.status(pid)
+        left = zyg.kill(expected=(pid,))  # the sandbox and all below it, whatever they do
+        if left and not ended:
+            run.add_tamper(
+                "left processes running after the check: "
+                + "; ".join(left[:3])
+                + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+                + " — code under check must end what it starts (the check killed them)"
+            )
+        out.seek(0)
+        run.output = out.read().decode(errors="replace")[-20_000:]
+        if ended == "stuck":
+            run.died = (
+                f"the sandbox stopped answering (no answer within {deadline + WATCHDOG_S:g}s) "
+                "— a rank stuck where the case deadline cannot reach it (inside C code, a "
+                "sleep)? The check killed it."
+            )
+        elif ended == "eof":
+            why = explain(status, run.output)
+            if not why:
+                where = "before the first case" if run.died_in is None else "during the case"
+                why = (
+                    f"ERROR: the sandbox ended (exit code {status}) {where} without an answer "
+                    "for every case — the code under check exited (sys.exit / os._exit) or "
+                    "was killed. A check passes only when every case has an answer."
+                )
+            run.died = why
     finally:
-        os.unlink(verdict)
-    end = next((r for r in reversed(records) if r.get("event") == "end"), None)
-    if end is not None:  # every case had its verdict: that is the answer, however it ended
-        if proc.stderr:
-            sys.stderr.write(proc.stderr)
-        return int(end.get("exit", ERROR)), proc.stdout or "", "", records
-    why = explain(proc.returncode, proc.stderr)
-    if not why:
-        last = max((r["i"] for r in records if r.get("event") == "case"), default=0)
-        after = f"after case {last}" if last else "before the first case"
-        why = (
-            f"ERROR: the check process ended (exit code {proc.returncode}) {after} without "
-            "a verdict for every case — the code under check exited (sys.exit / os._exit) "
-            "or the process was killed. A check passes only when every case has a verdict."
-        )
-        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        why += f"\n{tail}" if tail else ""
-    before = earlier_failures(records)
-    return ERROR, proc.stdout or "", why + (f"\n{before}" if before else ""), records
+        for fd in (read_fd, write_fd):
+            if fd >= 0:
+                os.close(fd)
+        out.close()
+    return run

@@ -16,8 +16,9 @@ On the way it checks what gloo cannot explain:
   rank that posts second, naming both ends — before gloo sees it and aborts the process;
 * a started ``isend``/``irecv`` that was never waited for is an error when the function
   returns (the tensor may change before it is sent, or be read before it arrives);
-* the payload bytes each rank sent (minidp's header messages, tag >= ``HEADER_TAG``, not
-  counted), for exercises that bound their traffic (the ring: ``2(W-1)/W * N``).
+* the payload bytes and messages each rank sent, and apart from them the header messages
+  (tag >= ``HEADER_TAG``) that minidp's own collectives exchange before any data: the
+  judge holds them to what the exercise's algorithm must send (``Exercise.traffic``).
 
 Test: ``pytest tests/test_exercise_guards.py``
 """
@@ -118,7 +119,8 @@ class LearnerGroup:
         object.__setattr__(self, "_group", group)
         object.__setattr__(self, "_office", office)
         object.__setattr__(self, "_started", [])
-        object.__setattr__(self, "sent_bytes", 0)  # payload bytes this rank sent
+        object.__setattr__(self, "_count_lock", threading.Lock())
+        object.__setattr__(self, "_counts", {"bytes": 0, "messages": 0, "headers": 0})
 
     def rank(self) -> int:
         return self._group.rank()
@@ -129,9 +131,13 @@ class LearnerGroup:
     def send(self, tensors: list, dst: int, tag: int = 0):
         me = self._group.rank()
         self._office.post("send", me, dst, tag, tensors[0])
-        if tag < HEADER_TAG:
-            t = tensors[0]
-            object.__setattr__(self, "sent_bytes", self.sent_bytes + t.numel() * t.element_size())
+        t = tensors[0]
+        with self._count_lock:
+            if tag >= HEADER_TAG:
+                self._counts["headers"] += 1
+            else:
+                self._counts["bytes"] += t.numel() * t.element_size()
+                self._counts["messages"] += 1
         work = _Tracked(self._group.send(tensors, dst, tag), "send", dst)
         self._started.append(work)
         return work
@@ -152,6 +158,12 @@ class LearnerGroup:
 
     def __setattr__(self, name: str, value) -> None:
         raise RefusedCall(f"the group given to your function is read-only (set {name})")
+
+    def traffic(self) -> dict:
+        """``{"bytes": payload bytes sent, "messages": payload messages, "headers": header
+        messages}`` — what this rank sent through this group."""
+        with self._count_lock:
+            return dict(self._counts)
 
     def unwaited(self) -> list[str]:
         """What this rank started and never waited for, e.g. ``["isend to rank 1"]``."""
@@ -190,6 +202,13 @@ def _mistakes():
     from minidp.exercise.spec import Mistake  # here: spec is the record, this the guard
 
     return (
+        Mistake(
+            "called the answer",
+            "the function you called is this exercise's answer (minidp's collectives and "
+            "textbook code, torch's own component): the check makes it unavailable. Write "
+            "it yourself with the tools the stub's docstring names.",
+            raised=r"RefusedCall: \S+ is this exercise's answer",
+        ),
         Mistake(
             "receive buffer of another dtype",
             "a receive buffer must have the dtype of what is sent: torch.empty_like(chunk) "

@@ -1,11 +1,19 @@
-"""Run a learner's function on real gloo worlds, case by case, and judge every answer.
+"""The judge: the learner's answers from the sandbox, torch's from here, compared here.
 
-For each case every rank runs the exercise's ``run_rank``: the official torch component
-and the learner's function on the same inputs. A case passes when every rank's answer
-equals torch's (``torch.equal``, or the exercise's stated tolerance). The fixed cases run
-first, then generated ones (hypothesis, fixed seed: the same cases every run); the
-smallest failing case is found by shrinking and reported with the classic mistake it
-matches. Worlds are reused across cases and replaced after any failure.
+A check runs in rounds. A round hands the cases to a fresh sandbox (``isolate.py``),
+which runs the learner's function on real gloo ranks and sends back each rank's answer as
+data; then every process below the zygote is killed, and only then does the judge compute
+torch's answers (``expectations.py``) and compare them with plain tensors rebuilt from
+bytes (``spec.compare``). Nothing the learner's code prints, writes or returns can decide
+the verdict any other way.
+
+The first round runs the fixed cases, then generated ones (hypothesis, fixed seed: the
+same cases every run). A case passes when every rank's answer equals torch's
+(``torch.equal``, or the exercise's stated tolerance) and, where the exercise
+communicates, each rank sent what the algorithm must send (``Exercise.traffic``). The
+smallest failing case is then found by shrinking — a round per step, the candidates of
+``inputs.simpler`` (or the exercise's ``shrink``) all in one sandbox — and reported with
+the classic mistake it matches.
 
 Test: ``pytest tests/test_exercises.py``
 """
@@ -16,27 +24,21 @@ import math
 import re
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
-from minidp.comm.errors import PeerError
-from minidp.exercise import seal as seals
-from minidp.exercise.learner import LoadError, learner_line, load
-from minidp.exercise.learner_group import GROUP_MISTAKES, LearnerGroup, PostOffice, guarded
-from minidp.exercise.outcome import CHANGED_CHECKER, Outcome, Report
-from minidp.exercise.process_world import shared_ranks
-from minidp.exercise.spec import Case, Exercise, Mistake, Result, compare, simpler
-from minidp.exercise.world import ThreadWorld
+from minidp.exercise import wire, zygote
+from minidp.exercise.expectations import ReferenceFailed, expect_all
+from minidp.exercise.inputs import describe, simpler
+from minidp.exercise.isolate import SandboxRun, run_sandbox
+from minidp.exercise.learner_group import GROUP_MISTAKES
+from minidp.exercise.outcome import TAMPERING, USED_COLLECTIVE, Outcome, Report
+from minidp.exercise.spec import Case, Exercise, Mistake, Result, compare
 
 DEADLINE_S = 6.0  # per case: a deadlock is reported after this, naming ranks and lines
 GENERATED = 12  # generated cases after the fixed ones
-SHRINK_BUDGET_S = 20.0  # shrinking stops after this long or this many tries
-SHRINK_TRIES = 60
-BLOCKING_SENDS = (
-    "hint (blocking sends): every stuck rank waits in a blocking send, and a send completes "
-    "only once its receiver has posted the receive. Start the send with p2p.isend(...), "
-    "then recv, then .wait() the send (or let one side receive first)."
-)
+SHRINK_ROUNDS = 5  # sandbox rounds spent shrinking, at most
+SHRINK_BUDGET_S = 20.0
+SHRINK_CANDIDATES = 40  # per round
 
 
 def check_settings(deadline: float, generated: int) -> None:
@@ -53,91 +55,90 @@ def check_settings(deadline: float, generated: int) -> None:
         )
 
 
-def _type(exc: BaseException) -> str:
-    return getattr(exc, "type_name", type(exc).__name__)  # a rank process's: its own type
+def generated_cases(exercise: Exercise, n: int) -> list[Case]:
+    """``n`` cases drawn from the exercise's strategy (derandomized: the same every run)."""
+    n = min(n, exercise.generated if exercise.generated is not None else n)
+    if not n or exercise.strategy is None:
+        return []
+    try:
+        from hypothesis import HealthCheck, Phase, find, settings
+        from hypothesis.errors import NoSuchExample
+    except ImportError:  # hypothesis is a dev extra: the fixed cases still run
+        return []
+    drawn: list[Case] = []
+
+    def collect(case: Case) -> bool:
+        if case not in drawn and case not in exercise.cases:
+            drawn.append(dict(case))
+        return False
+
+    cfg = settings(max_examples=n, derandomize=True, database=None, deadline=None,
+                   phases=[Phase.generate], suppress_health_check=list(HealthCheck))  # fmt: skip
+    try:
+        find(exercise.strategy(), collect, settings=cfg)
+    except NoSuchExample:
+        pass
+    return drawn[:n]
 
 
-def _raised(rank: int, exc: BaseException) -> str:
-    """``rank 1 raised ValueError: ...`` — without saying "rank 1" twice when the message
-    already starts with it (a rank process's headline)."""
-    what, text = _type(exc), str(exc)
-    if text.startswith(f"rank {rank} "):
-        return text
-    return f"rank {rank} raised {what}: {text}"
+class Judge:
+    """Runs rounds of cases for one exercise and one file, and judges every answer."""
 
+    def __init__(self, exercise: Exercise, path: Path, deadline: float) -> None:
+        self.exercise, self.path, self.deadline = exercise, path, deadline
+        self.zygote = zygote.shared()
+        self.zygote.prepare(exercise.name)
+        self.tamper: list[str] = []
+        self.runs: list[SandboxRun] = []
 
-def _job(run_rank, fn, office, case, rank, world_size, group) -> Result:
-    """One thread rank's case: the learner's function gets a :class:`LearnerGroup`."""
-    learner = LearnerGroup(group, office)
-    result = run_rank(guarded(fn, group, learner), case, rank, world_size, group)
-    result.extra["bytes sent"] = learner.sent_bytes
-    return result
+    def round(self, cases: list[Case]) -> list[Outcome]:
+        """One sandbox for ``cases``; the outcomes of those it answered, in order."""
+        run = run_sandbox(self.zygote, self.exercise.name, str(self.path), cases, self.deadline)
+        self.runs.append(run)
+        if run.load_error:
+            self.tamper += [f for f in run.tamper if f not in self.tamper]
+            return []
+        ok = [i for i in sorted(run.frames) if run.frames[i].get("status") == "ok"]
+        expected = dict(zip(ok, expect_all(self.exercise, [cases[i] for i in ok], self.zygote)))
+        outcomes, seen = [], set(self.tamper)
+        for i, case in enumerate(cases):
+            frame = run.frames.get(i)
+            if frame is None:
+                if run.ended == "stuck" and run.died_in == i:
+                    outcomes.append(Outcome(case, "stuck", run.died))
+                break
+            new = [f for f in run.tamper if f not in seen and f in frame.get("tamper", [])]
+            seen.update(new)
+            if new:
+                outcomes.append(Outcome(case, "tamper", "\n".join(new), mistake=TAMPERING))
+                continue
+            outcomes.append(self._judge(case, frame, expected.get(i)))
+        self.tamper += [f for f in run.tamper if f not in self.tamper]
+        return outcomes
 
-
-class Checker:
-    """Runs one exercise's cases against one file, reusing worlds between cases."""
-
-    def __init__(self, exercise: Exercise, path: Path, deadline: float = DEADLINE_S) -> None:
-        self.exercise = exercise
-        self.path = Path(path).resolve()
-        self.deadline = deadline
-        self.seal = seals.Seal()  # before the learner's code runs: what the checker is
+    def _judge(self, case: Case, frame: dict, expected) -> Outcome:
+        status = frame.get("status")
+        detail = (
+            wire.decode(frame.get("detail", "")) if isinstance(frame.get("detail"), str) else ""
+        )
+        if status == "todo":
+            return Outcome(case, "todo", "not implemented yet")
+        if status == "stuck":
+            return Outcome(case, "stuck", detail)
+        if status == "error":
+            what = str(frame.get("type", "Error"))[:100]
+            return Outcome(case, "error", detail, mistake=self._diagnose_error(
+                str(frame.get("error", ""))), error=what)  # fmt: skip
         try:
-            self.fn = load(self.path, exercise.name, deadline=deadline)
-        finally:
-            changed = self.seal.broken()
-            self.seal.restore()
-        if changed:
-            raise LoadError(seals.explain(changed, "while being imported"))
-        self._worlds: dict = {}  # world size -> ThreadWorld or ProcessRanks
-        self._discarded: list[ThreadWorld] = []  # failed worlds whose threads may still run
-
-    def _world(self, size: int):
-        world = self._worlds.get(size)
-        if world is not None and world.broken and not self.exercise.processes:
-            self._discarded.append(world)  # its rank threads are joined in close()
-        if world is None or world.broken:
-            kind = shared_ranks if self.exercise.processes else ThreadWorld
-            world = self._worlds[size] = kind(size, timeout=self.deadline + 1.0)
-            if self.exercise.prepare is not None:  # slow first uses, outside the deadline
-                world.prepare(self.exercise.prepare)
-        return world
-
-    def run_case(self, case: Case) -> Outcome:
-        outcome = self._run_case(case)
-        changed = self.seal.broken()
-        if changed:  # whatever the answers said: they were judged by patched code
-            self.seal.restore()
-            text = seals.explain(changed, "while this case ran")
-            return Outcome(case, "error", text, mistake=CHANGED_CHECKER, error="changed")
-        return outcome
-
-    def _run_case(self, case: Case) -> Outcome:
-        world = self._world(case["world"])
-        if self.exercise.processes:
-            run = world.run(self.exercise.name, str(self.path), case, self.deadline)
-        else:
-            job = partial(_job, self.exercise.run_rank, self.fn, PostOffice(), case)
-            run = world.run(job, self.deadline, focus=str(self.path))
-        root = run.root_error() if run.errors else None
-        own_error = root is not None and not isinstance(root[1], PeerError)
-        if run.stuck and not own_error:  # (a rank's own error is the cause, not the hang)
-            lines = [f"rank {r} still running, at {where}" for r, where in run.stuck.items()]
-            lines += [_raised(r, e) for r, e in run.errors.items()]
-            head = f"ranks {sorted(run.stuck)} did not finish within {self.deadline:g}s"
-            hint = " — a deadlock: a send nobody receives, or a recv nobody sends to?"
-            if all(".send(" in where for where in run.stuck.values()):
-                lines.append(BLOCKING_SENDS)
-            return Outcome(case, "stuck", "\n".join([head + hint, *lines]))
-        if run.errors:
-            rank, exc = root
-            what = _type(exc)
-            if what == "NotImplementedError":
-                return Outcome(case, "todo", "not implemented yet")
-            where = learner_line(exc, str(self.path))
-            detail = f"{_raised(rank, exc)}{where}"
-            return Outcome(case, "error", detail, mistake=self._diagnose_error(exc), error=what)
-        results: list[Result] = run.values
+            ranks = frame["ranks"]
+            answers = [(wire.decode(r["got"]), wire.decode(r["seen"])) for r in ranks]
+            if len(answers) != case["world"] or not all(isinstance(s, dict) for _, s in answers):
+                raise wire.Malformed(f"{len(answers)} answers for {case['world']} ranks")
+        except (KeyError, TypeError, wire.Malformed) as exc:
+            text = f"the sandbox sent a malformed answer ({exc})"
+            return Outcome(case, "tamper", text, mistake=TAMPERING)
+        results = [Result(got, e.expected, {**e.extra, **seen})
+                   for (got, seen), e in zip(answers, expected)]  # fmt: skip
         tol = self.exercise.tolerance(case) if self.exercise.tolerance else None
         for rank, res in enumerate(results):
             why = compare(res.got, res.expected, tol, res.extra.get("labels"))
@@ -145,18 +146,39 @@ class Checker:
                 return Outcome(
                     case, "wrong", f"rank {rank}: {why}", results, self._diagnose(case, results)
                 )
-        budget = self.exercise.budget
-        if budget is not None and not self.exercise.processes:
-            limit = budget.limit(case, case["world"])
-            for rank, res in enumerate(results):
-                sent = res.extra.get("bytes sent", 0)
-                if sent > limit:
-                    detail = (
-                        f"rank {rank}: right values, but it sent {sent} bytes; "
-                        f"{budget.formula} is {limit} bytes here"
-                    )
-                    return Outcome(case, "wrong", detail, results, budget.mistake)
-        return Outcome(case, "pass", "", results)
+        return self._traffic(case, results) or Outcome(case, "pass", "", results)
+
+    def _traffic(self, case: Case, results: list[Result]) -> Outcome | None:
+        """Right values: did each rank send what the algorithm must, through its group?"""
+        t, world = self.exercise.traffic, case["world"]
+        counts = [r.extra.get("traffic") for r in results]
+        if t is None or world < 2 or not all(isinstance(c, dict) for c in counts):
+            return None
+        sent = [int(c.get("bytes", 0)) for c in counts]
+        if t.p2p_only and any(c.get("headers", 0) for c in counts):
+            rank = next(r for r, c in enumerate(counts) if c.get("headers", 0))
+            text = f"rank {rank}: right values, but {counts[rank]['headers']} header messages"
+            return Outcome(case, "wrong", text + " came first", results, USED_COLLECTIVE)
+        for rank, (least, most) in enumerate(t.bounds(case, world)):
+            if sent[rank] < least:
+                text = (
+                    f"rank {rank}: right values, but only {sent[rank]} bytes went through the "
+                    f"group it was given, where {t.formula} is {least} bytes here — the values "
+                    "did not travel through the group (another rank's memory, a group of its "
+                    "own?)"
+                )
+                return Outcome(case, "tamper", text, results, TAMPERING)
+            if most is not None and sent[rank] > most:
+                text = (f"rank {rank}: right values, but it sent {sent[rank]} bytes; "
+                        f"{t.formula} is {most} bytes here")  # fmt: skip
+                return Outcome(case, "wrong", text, results, t.too_much)
+        if t.total is not None:
+            least, most = t.total(case, world)
+            if not least <= sum(sent) <= most:
+                text = (f"right values, but the ranks sent {sum(sent)} bytes in all; "
+                        f"{t.formula} is {least}..{most} bytes here")  # fmt: skip
+                return Outcome(case, "wrong", text, results, t.too_much)
+        return None
 
     def _diagnose(self, case: Case, results: list[Result]) -> Mistake | None:
         for mistake in self.exercise.mistakes:
@@ -169,41 +191,46 @@ class Checker:
                 continue
         return None
 
-    def _diagnose_error(self, exc: BaseException) -> Mistake | None:
-        """The classic mistake a rank's error shows, from the exercise's ``raised``
-        patterns, then the learner group's own (dtype, sizes, unwaited, collectives)."""
-        text = f"{_type(exc)}: {exc}"
+    def _diagnose_error(self, text: str) -> Mistake | None:
+        """The classic mistake a rank's error shows ("TypeName: message"), from the
+        exercise's ``raised`` patterns, then the learner group's own."""
         for mistake in (*self.exercise.mistakes, *GROUP_MISTAKES):
             if mistake.raised and re.search(mistake.raised, text):
                 return mistake
         return None
 
     def shrink(self, outcome: Outcome) -> tuple[Outcome, int]:
-        """The smallest case failing the same way (greedy, from ``spec.simpler``)."""
-        if outcome.status == "stuck":  # every try would cost a deadline
+        """The smallest case failing the same way: greedy, one sandbox round per step."""
+        if outcome.status not in ("wrong", "error"):  # a stuck try costs a deadline
             return outcome, 0
         best, tries, end = outcome, 0, time.monotonic() + SHRINK_BUDGET_S
-        improved = True
-        while improved and time.monotonic() < end and tries < SHRINK_TRIES:
-            improved = False
-            for candidate in (self.exercise.shrink or simpler)(best.case):
-                tries += 1
-                o = self.run_case(candidate)
-                if o.same_failure(best):
-                    best, improved = o, True
-                    break
+        for _ in range(SHRINK_ROUNDS):
+            candidates: list[Case] = []
+            for c in (self.exercise.shrink or simpler)(best.case):
+                if c not in candidates and len(candidates) < SHRINK_CANDIDATES:
+                    candidates.append(c)
+            if not candidates or time.monotonic() > end:
+                break
+            outcomes = self.round(candidates)
+            tries += len(outcomes)
+            smaller = next((o for o in outcomes if o.same_failure(best)), None)
+            if smaller is None:
+                break
+            best = smaller
         return best, tries
 
-    def close(self) -> None:
-        for world in self._worlds.values():
-            if self.exercise.processes:  # rank processes are shared between checks
-                continue
-            if world.broken:
-                world.join()
-            else:
-                world.close()
-        for world in self._discarded:
-            world.join()
+
+def _pick_failure(exercise: Exercise, outcomes: list[Outcome]) -> Outcome | None:
+    """The first failing fixed case — or the first whose classic mistake was recognised —
+    else the first failing generated case; a tampering case before all."""
+    tampered = next((o for o in outcomes if o.status == "tamper"), None)
+    if tampered is not None:
+        return tampered
+    failed = None
+    for o in outcomes[: len(exercise.cases)]:
+        if not o.passed and (failed is None or (o.mistake and not failed.mistake)):
+            failed = o
+    return failed or next((o for o in outcomes if not o.passed), None)
 
 
 def check(
@@ -216,72 +243,44 @@ def check(
 ) -> Report:
     """Check ``path`` (default: the stub) against ``exercise``.
 
-    ``on_start(i, case)`` is called before case i runs, ``on_case(i, outcome)`` after.
+    ``on_start(i, case)`` then ``on_case(i, outcome)`` are called for each case judged,
+    in order, once the first round is over.
     """
     check_settings(deadline, generated)
-    path = Path(path or exercise.stub)
+    path = Path(path or exercise.stub).resolve()
     report = Report(exercise, path)
-    try:
-        checker = Checker(exercise, path, deadline)
-    except LoadError as exc:
-        report.load_error = str(exc)
+    if not path.is_file():
+        report.load_error = f"no file {path}. Hint: copy the stub from {exercise.stub}"
         return report
-
-    def attempt(case: Case) -> Outcome:
-        i = len(report.outcomes) + 1
+    machine = exercise.plan() if exercise.plan else {}  # e.g. {"cuda": 1}: decided here
+    cases = [{**c, **machine} for c in [*exercise.cases, *generated_cases(exercise, generated)]]
+    report.cases = len(cases)
+    judge = Judge(exercise, path, deadline)
+    try:
+        report.outcomes = judge.round(cases)
+    except ReferenceFailed as exc:
+        report.died = f"ERROR: torch's side of the check failed (no verdict): {exc}"
+    first = judge.runs[0]
+    report.load_error, report.output = first.load_error, first.output
+    report.died = report.died or (first.died if first.ended in ("eof", "malformed") else "")
+    report.died_in = first.died_in
+    if report.died and first.died_in is not None:  # the case it happened in, by its line
+        at = f"case {first.died_in + 1:>2}  {describe(cases[first.died_in])}"
+        report.died = f"{at}: {report.died}"
+    for i, o in enumerate(report.outcomes):
         if on_start:
-            on_start(i, case)
-        outcome = checker.run_case(case)
-        report.outcomes.append(outcome)
+            on_start(i + 1, o.case)
         if on_case:
-            on_case(i, outcome)
-        return outcome
-
-    try:
-        failed = None
-        for case in exercise.cases:
-            o = attempt(case)
-            # shrink the first failure, or the first whose classic mistake was recognised
-            if not o.passed and (failed is None or (o.mistake and not failed.mistake)):
-                failed = o
-            if o.status in ("todo", "stuck"):
-                break  # nothing more to learn from further cases, only time to lose
-        if failed is None and generated and exercise.strategy:
-            failed = _generated(exercise, generated, attempt)
-        if failed is not None:
-            report.failure, report.shrink_tries = checker.shrink(failed)
-            if report.failure.case != failed.case:
-                report.shrunk_from = failed.case
-    finally:
-        checker.close()
+            on_case(i + 1, o)
+    failed = _pick_failure(exercise, report.outcomes)
+    if failed is not None and not report.died and not judge.tamper:
+        try:
+            report.failure, report.shrink_tries = judge.shrink(failed)
+        except ReferenceFailed:
+            report.failure = failed
+        if report.failure.case != failed.case:
+            report.shrunk_from = failed.case
+    else:
+        report.failure = failed
+    report.tamper = list(judge.tamper)
     return report
-
-
-def _generated(exercise: Exercise, n: int, attempt) -> Outcome | None:
-    """Generated cases (hypothesis, derandomized): the first failure, or None."""
-    try:
-        from hypothesis import HealthCheck, Phase, find, settings
-        from hypothesis.errors import NoSuchExample
-    except ImportError:  # hypothesis is a dev extra: the fixed cases still ran
-        return None
-    first: list[Outcome] = []
-
-    def fails(case: Case) -> bool:
-        o = attempt(dict(case))
-        if not o.passed:
-            first.append(o)
-        return not o.passed
-
-    cfg = settings(
-        max_examples=n,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate],  # no hypothesis shrinking: Checker.shrink does that
-        suppress_health_check=list(HealthCheck),
-    )
-    try:
-        find(exercise.strategy(), fails, settings=cfg)
-    except NoSuchExample:
-        pass
-    return first[0] if first else None

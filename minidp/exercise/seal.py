@@ -1,15 +1,15 @@
-"""A seal on the checker's own code: a learner's file that patches it fails the check.
+"""A seal on the checker's and torch's own code, in the sandbox: a file that patches them is
+caught as tampering.
 
-The learner's file runs in the checker's process (thread ranks share it), so its code
-could reach the checker: ``minidp.exercise.reference.all_reduce = lambda t, g: t`` at
-import makes the "torch answer" whatever the learner returns, and every case passes.
-The check cannot hide its modules from code in the same process, but it can notice: a
-:class:`Seal` is taken *before* the learner's file is imported — which object every
-function, class and module name points to in minidp's modules, in the classes they
-define, in ``torch``, ``torch.Tensor``, ``torch.distributed``, the process-group classes,
-``torch.testing`` and ``builtins`` — and :meth:`Seal.broken` is asked after the import and
-after every case. Names added later (lazy imports) are fine; a name re-pointed or removed
-is a broken seal, and the check fails with the names that changed.
+The verdict is computed in the judge's process, which the learner's code cannot reach —
+so a patch in the sandbox changes nothing that decides the grade. It is still an
+attempt, and the check says so: a :class:`Seal` is taken *before* the learner's file is
+imported — which object every function, class and module name points to in minidp's
+modules, in the classes they define, in ``torch``, ``torch.Tensor``,
+``torch.distributed``, the process-group classes, ``torch.testing`` and ``builtins``, and
+which code object every sealed function runs — and :meth:`Seal.broken` is asked after the
+import and after every case. Names added later (lazy imports) are fine; a name re-pointed
+or removed, or a function whose ``__code__`` was swapped, is a broken seal.
 
 Plain values (counters, flags, caches) may change while minidp runs and are not sealed.
 
@@ -91,6 +91,12 @@ class Seal:
             (label, owner, {k: v for k, v in list(vars(owner).items()) if _sealable(v)})
             for label, owner in _namespaces()
         ]
+        self._code = {  # (label, name) -> the code object the function ran when sealed
+            (label, name): value.__code__
+            for label, _, sealed in self._spaces
+            for name, value in sealed.items()
+            if isinstance(value, types.FunctionType)
+        }
 
     def broken(self) -> list[str]:
         """``["minidp.exercise.reference.all_reduce", ...]``: names changed since."""
@@ -100,6 +106,9 @@ class Seal:
             for name, original in list(sealed.items()):
                 value = space.get(name, _MISSING)
                 if value is original:
+                    code = self._code.get((label, name))
+                    if code is not None and value.__code__ is not code:
+                        changed.append(f"{label}.{name}.__code__")
                     continue
                 if _torch_wrapper_of(value, original):
                     sealed[name] = value  # torch's own, once: the wrapper is what stays
@@ -107,23 +116,15 @@ class Seal:
                 changed.append(f"{label}.{name}")
         return changed
 
-    def restore(self) -> None:
-        """Put every sealed name back: later checks in this process (a test session, a
-        ``check --all`` in one process) must not inherit a learner's patch."""
-        for _, owner, sealed in self._spaces:
-            for name, original in sealed.items():
-                if vars(owner).get(name, _MISSING) is not original:
-                    setattr(owner, name, original)  # (a class's namespace is read-only)
-
 
 _MISSING = object()
 
 
 def explain(changed: list[str], when: str) -> str:
-    """The learner-facing error for a broken seal."""
+    """The finding for a broken seal."""
     shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
     return (
-        f"your file changed the checker's or torch's own code {when}: {shown} now point(s) "
-        "elsewhere. The check compares your answer with torch's, computed by that code, so "
-        "a file that replaces it cannot pass. Hint: remove the assignment(s) to those names."
+        f"your file changed the checker's or torch's own code {when}: {shown}. The verdict "
+        "is computed in another process, which such a change cannot reach — and changing the "
+        "checker counts as tampering."
     )

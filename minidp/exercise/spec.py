@@ -1,10 +1,21 @@
-"""What an exercise is: a plain record the runner reads (no registry, no base class).
+"""What an exercise is: a plain record the checker reads (no registry, no base class).
 
 An :class:`Exercise` says where the learner's function lives (``lessons/exercises/NAME.py``,
-a function called ``NAME``), which cases to run it on, how one rank runs it *and* the
-official torch component on the same inputs (``run_rank``), and which classic mistakes to
-recognise when the answers differ (``mistakes``). See ``minidp/exercise/__init__.py`` for
-how to add one.
+a function called ``NAME``), which cases to run it on, and two halves of one case that
+run in two different processes:
+
+* ``learn(fn, case, rank, world, group) -> Answer`` runs in the **sandbox**, the process
+  that holds the learner's code (``sandbox.py``): it builds this rank's inputs from the
+  case, calls ``fn`` and returns what came back (``got``) and what the checker saw around
+  the call (``seen``: bytes sent, whether a bucket left early, ...). Nothing it holds
+  knows the right answer.
+* ``expect(case, rank, world, group) -> Expected`` runs in the **judge** (or a reference
+  worker it forks) once the sandbox is gone: the same inputs through the official torch
+  component, and what the classic mistakes' detectors need (``extra``).
+
+The judge puts them together as a :class:`Result` per rank and compares
+(:func:`compare`); ``mistakes`` name what a wrong answer looks like. See
+``minidp/exercise/__init__.py`` for how to add an exercise; inputs: ``inputs.py``.
 
 Test: ``pytest tests/test_exercises.py``
 """
@@ -18,20 +29,36 @@ from typing import Any
 
 import torch
 
+from minidp.exercise.inputs import Case, describe  # noqa: F401  (re-exported: the record's words)
+
 ROOT = Path(__file__).resolve().parents[2]
 STUBS = ROOT / "lessons" / "exercises"  # what the learner edits
 SOLUTIONS = ROOT / "lessons" / "solutions"  # reference solutions (the checker's own test)
 
-Case = dict  # one case: {"world": 3, "shape": (5,), "dtype": "int64", "seed": 0, ...}
+
+@dataclass
+class Answer:
+    """What the sandbox hands back for one rank of one case (plain data and tensors)."""
+
+    got: Any  # the learner's answer on this rank
+    seen: dict = field(default_factory=dict)  # measured around the call (traffic, timeline)
+
+
+@dataclass
+class Expected:
+    """What the judge computes for one rank of one case with torch's component."""
+
+    expected: Any
+    extra: dict = field(default_factory=dict)  # what mistake detectors need (inputs, slips)
 
 
 @dataclass
 class Result:
-    """What one rank hands back for one case."""
+    """One rank's answer beside its expected value, as the judge compares them."""
 
-    got: Any  # the learner's answer on this rank
-    expected: Any  # the official torch component's answer, same inputs, same rank
-    extra: dict = field(default_factory=dict)  # anything a mistake detector needs (inputs...)
+    got: Any
+    expected: Any
+    extra: dict = field(default_factory=dict)  # the reference's extra and the sandbox's seen
 
 
 @dataclass(frozen=True)
@@ -47,16 +74,22 @@ class Mistake:
 
 
 @dataclass(frozen=True)
-class Budget:
-    """How many payload bytes one rank may send: right values moved wastefully still fail.
+class Traffic:
+    """The payload bytes each rank must send through the group it was given.
 
-    ``limit(case, world)``: the most any rank sends in the algorithm the exercise teaches;
-    ``formula``: that limit in words, printed with it; ``mistake``: what sending more means.
+    ``bounds(case, world)``: per rank ``(least, most)`` (``most`` None: no upper bound).
+    Fewer than ``least`` bytes with right values means the values did not travel through
+    the group (tampering); more than ``most`` is ``too_much`` (right values moved
+    wastefully). ``total(case, world)``: ``(least, most)`` over all ranks, or None.
+    ``p2p_only``: the exercise is a collective, built from send/recv — the header messages
+    minidp's own collectives exchange first mean one of them was called.
     """
 
-    limit: Callable[[Case, int], int]
+    bounds: Callable[[Case, int], list[tuple[int, int | None]]]
     formula: str
-    mistake: Mistake
+    too_much: Mistake | None = None
+    total: Callable[[Case, int], tuple[int, int]] | None = None
+    p2p_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,40 +100,46 @@ class Exercise:
         name: the file stem and the function name.
         lesson: the lesson file that teaches it, e.g. "08_ring_all_reduce".
         summary: one line for ``python -m minidp exercise list``.
-        reference: what the answer is compared with, printed with every case.
-        run_rank: ``run_rank(fn, case, rank, world_size, group) -> Result``, called on every
-            rank of a real gloo world: build this rank's inputs from the case, run the
-            official torch component and the learner's ``fn`` on them, return both.
+        reference: what the answer is compared with, printed with every check.
+        learn: ``learn(fn, case, rank, world, group) -> Answer`` (sandbox, see above).
+        expect: ``expect(case, rank, world, group) -> Expected`` (judge, see above).
         cases: fixed cases, run first and printed one per line (smallest first).
         strategy: ``() -> hypothesis strategy of cases`` for generated cases (or None).
         mistakes: classic wrong solutions, tried in order when a case fails.
         tolerance: ``case -> (rtol, atol)`` where bit-exactness is not the claim; None
             compares with ``torch.equal``.
-        processes: run on real rank processes (``ProcessWorld``) instead of thread ranks
-            (needed e.g. for torch DDP, which wants a full ProcessGroup).
-        shrink: ``case -> smaller cases`` for shrinking, where :func:`simpler` (world,
-            shape, dtype, seed, rank-valued keys) does not fit the case's keys.
-        prepare: ``(rank, world_size) -> None``, run once on every new world before its
-            first case, outside the case deadline: slow first uses (torch DDP and
-            optimizers import ``torch._dynamo``, seconds) must not read as a deadlock.
-            Module-level, so rank processes can receive it.
-        budget: payload bytes a rank may send (thread ranks only, where the learner's
-            group counts them); a right answer that sends more fails with its mistake.
+        processes: ``learn`` needs real rank processes (torch DDP on the learner's side).
+        reference_processes: ``expect`` needs real rank processes (torch DDP, ZeRO).
+        shrink: ``case -> smaller cases`` where :func:`inputs.simpler` does not fit.
+        prepare: ``(rank, world_size) -> None``: slow first imports (``torch._dynamo``),
+            run once in the zygote so that every process forked from it has them.
+        traffic: the bytes each rank must send (:class:`Traffic`), for every exercise
+            that communicates on thread ranks.
+        answers: dotted names of what *is* the answer (``minidp.comm.textbook``'s ring,
+            torch's own sampler...): the sandbox makes them unavailable.
+        generated: at most this many generated cases (rank processes cost time).
+        plan: ``() -> dict`` of keys about this machine added to every case, asked in the
+            judge (``{"cuda": 1}`` where the reference also runs on a GPU).
     """
 
     name: str
     lesson: str
     summary: str
     reference: str
-    run_rank: Callable[[Callable, Case, int, int, Any], Result]
+    learn: Callable[..., Answer]
+    expect: Callable[..., Expected]
     cases: tuple[Case, ...]
     strategy: Callable[[], Any] | None = None
     mistakes: tuple[Mistake, ...] = ()
     tolerance: Callable[[Case], tuple[float, float]] | None = None
     processes: bool = False
+    reference_processes: bool = False
     shrink: Callable[[Case], Iterable[Case]] | None = None
     prepare: Callable[[int, int], None] | None = None
-    budget: Budget | None = None
+    traffic: Traffic | None = None
+    answers: tuple[str, ...] = ()
+    generated: int | None = None
+    plan: Callable[[], dict] | None = None
 
     @property
     def stub(self) -> Path:
@@ -109,56 +148,6 @@ class Exercise:
     @property
     def solution(self) -> Path:
         return SOLUTIONS / f"{self.name}.py"
-
-
-# ----------------------------------------------------------------------------- cases
-
-
-def describe(case: Case) -> str:
-    """``world=3 shape=(5,) dtype=int64 seed=0`` — how a case is printed (this key order)."""
-    first = [k for k in ("world", "shape", "dtype", "seed") if k in case]
-    return " ".join(f"{k}={case[k]}" for k in first + sorted(set(case) - set(first)))
-
-
-def dtype_of(case: Case) -> torch.dtype:
-    return getattr(torch, case.get("dtype", "float32"))
-
-
-def small_ints(case: Case, rank: int, salt: int = 0) -> torch.Tensor:
-    """This rank's input: small integers (-3..3, uint8 0..3) stored in the case's dtype.
-
-    Why integers, even for floats: every summation order then gives the same bits, so a
-    correct answer equals the torch component's exactly (``torch.equal``), whatever order
-    the learner adds in; |sums| stay <= 3 * world, exact in every dtype incl. int8/fp16.
-    """
-    dtype = dtype_of(case)
-    g = torch.Generator().manual_seed(case.get("seed", 0) * 1009 + rank * 31 + salt)
-    low = 0 if dtype == torch.uint8 else -3
-    shape = tuple(case.get("shape", (case.get("numel", 4),)))
-    return torch.randint(low, 4, shape, generator=g).to(dtype)
-
-
-RANK_KEYS = ("src", "dst", "root")  # case keys holding a rank: kept below the world size
-
-
-def simpler(case: Case) -> Iterable[Case]:
-    """Candidate cases smaller than ``case``, most promising first (for shrinking)."""
-    for w in range(1, case.get("world", 1)):
-        yield {**case, "world": w, **{k: min(case[k], w - 1) for k in RANK_KEYS if k in case}}
-    for k in RANK_KEYS:
-        if case.get(k, 0) > 0:
-            yield {**case, k: 0}
-    shape = tuple(case.get("shape", ()))
-    for i, n in enumerate(shape):
-        for smaller in sorted({0, 1, n // 2, n - 1}):
-            if 0 <= smaller < n:
-                yield {**case, "shape": shape[:i] + (smaller,) + shape[i + 1 :]}
-    if len(shape) > 1:
-        yield {**case, "shape": (int(torch.Size(shape).numel()),)}
-    if case.get("dtype") not in (None, "int64"):
-        yield {**case, "dtype": "int64"}
-    if case.get("seed", 0) != 0:
-        yield {**case, "seed": 0}
 
 
 # ----------------------------------------------------------------------------- answers
@@ -174,7 +163,7 @@ def compare(
     """
     if isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor):
-            return f"expected a tensor, got {type(got).__name__}"
+            return f"expected a tensor, got {_type_name(got)}"
         if got.shape != expected.shape or got.dtype != expected.dtype:
             return (
                 f"expected shape {tuple(expected.shape)} {expected.dtype}, "
@@ -202,7 +191,7 @@ def compare(
         return f"expected {list(expected)}, got {got!r}"
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
-            n = len(got) if isinstance(got, (list, tuple)) else type(got).__name__
+            n = len(got) if isinstance(got, (list, tuple)) else _type_name(got)
             return f"expected a list of {len(expected)}, got {n}"
         for i, (a, b) in enumerate(zip(got, expected)):
             why = compare(a, b, tol)
@@ -214,11 +203,16 @@ def compare(
         if not isinstance(got, (int, float)) and not (
             isinstance(got, torch.Tensor) and got.numel() == 1
         ):
-            return f"expected a number, got {type(got).__name__}"
+            return f"expected a number, got {_type_name(got)}"
         got_t = torch.tensor(float(got), dtype=torch.float64)
         exp_t = torch.tensor(expected, dtype=torch.float64)
         return compare(got_t, exp_t, tol)
     return None if got == expected else f"expected {expected!r}, got {got!r}"
+
+
+def _type_name(x: Any) -> str:
+    """The learner's type's name (``wire.Opaque`` carries it for objects that are not data)."""
+    return getattr(x, "type_name", type(x).__name__)
 
 
 def _first_difference(got: torch.Tensor, expected: torch.Tensor) -> str:

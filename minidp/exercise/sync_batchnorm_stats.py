@@ -27,7 +27,8 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 
-from minidp.exercise.spec import Case, Exercise, Mistake, Result
+from minidp.exercise.comm_common import least_all_reduce
+from minidp.exercise.spec import Answer, Case, Exercise, Expected, Mistake, Result, Traffic
 
 EPS = 1e-5  # BatchNorm's default eps, for the normalised rows
 TOL = (1e-9, 1e-12)
@@ -91,19 +92,23 @@ def _normalised(answer, x: torch.Tensor):
         return None
 
 
-def _run(fn, case, rank, world, group) -> Result:
+def _learn(fn, case, rank, world, group) -> Answer:
+    x = rows(case, rank)
+    answer = fn(x.clone(), group)
+    got = answer
+    if isinstance(answer, (tuple, list)) and len(answer) == 2:
+        got = [answer[0], answer[1], _normalised(answer, x)]
+    return Answer(got)
+
+
+def _expect(case, rank, world, group) -> Expected:
     every = [rows(case, r) for r in range(world)]  # every rank's rows: the reference's batch
     full = torch.cat(every)  # (N, C)
     var, mean = torch.var_mean(full, dim=0, correction=0)  # biased, as BatchNorm normalises
     start = sum(case["sizes"][:rank])
     bn = F.batch_norm(full, None, None, training=True, eps=EPS)  # (N, C): BatchNorm1d's forward
     expected = [mean, var, bn[start : start + case["sizes"][rank]]]
-    x = every[rank]
-    answer = fn(x.clone(), group)
-    got = answer
-    if isinstance(answer, (tuple, list)) and len(answer) == 2:
-        got = [answer[0], answer[1], _normalised(answer, x)]
-    return Result(got, expected, extra={"every": every, "labels": LABELS})
+    return Expected(expected, {"every": every, "labels": LABELS})
 
 
 # ----------------------------------------------------------------------------- detectors
@@ -170,7 +175,13 @@ SYNC_BATCHNORM_STATS = Exercise(
     summary="SyncBatchNorm's statistics: global mean and biased variance from uneven shards",
     reference="torch.var_mean(torch.cat(every rank's x), dim=0, correction=0) and "
     "torch.nn.functional.batch_norm (training) on the full batch, float64, rtol 1e-9",
-    run_rank=_run,
+    learn=_learn,
+    expect=_expect,
+    answers=("minidp.nn.sync_batchnorm.SyncBatchNorm",),
+    traffic=Traffic(
+        bounds=lambda case, world: least_all_reduce(2 * case["channels"] + 1)(case, world),
+        formula="an all-reduce of [Σx, Σx², n] per channel (float64)",
+    ),
     cases=CASES,
     strategy=_stats_cases,
     shrink=_shrink,

@@ -9,9 +9,9 @@ the rank with the smallest total so far (``_get_min_index``: the LOWEST such ran
 tie). minidp's ``minidp.zero.partition.partition_parameters`` is the same rule.
 
 Reference: torch's ``ZeroRedundancyOptimizer`` (local optimizer SGD) built on every rank
-of a real gloo group of W ranks (it asks the group for its size and rank: rank
-processes, the world shared by every process exercise) on zero-filled parameters of those
-sizes; the owners are read from its ``_partition_parameters()`` (private), or where a torch
+of a real gloo group of W ranks (it asks the group for its size and rank: rank processes
+in the judge's reference worker) on zero-filled parameters of those sizes; the owners
+are read from its ``_partition_parameters()`` (private), or where a torch
 lacks it from every rank's public ``zero.optim.param_groups`` gathered over the group.
 Lists of ints: exact. The classic mistakes' answers are computed beside it (``_greedy``,
 ``_round_robin``, ``_blocks``) and recognised exactly.
@@ -25,8 +25,23 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere
-from minidp.exercise.zero_step import warm_zero
+from minidp.exercise.ddp_grads import warm_ddp
+from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, everywhere
+
+ZERO_ANSWERS = (
+    "minidp.zero.partition",
+    "minidp.zero.zero1.ZeroRedundancyOptimizer",
+    "minidp.zero.textbook.TextbookZero1",
+    "torch.distributed.optim.zero_redundancy_optimizer.ZeroRedundancyOptimizer",
+)
+
+
+def warm_zero(rank: int, world_size: int) -> None:
+    """``Exercise.prepare``: torch DDP's first use, and ``torch.distributed.optim``'s import
+    (it compiles functional optimizers: seconds) — paid once, before anything is forked."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: F401
+
+    warm_ddp(rank, world_size)
 
 
 def _torch_owners(zero, params: list[list[nn.Parameter]], group) -> list[list[int]]:
@@ -98,7 +113,14 @@ def _blocks(groups, world: int) -> list:
     return answers
 
 
-def _run(fn, case, rank, world, group) -> Result:
+def _learn(fn, case, rank, world, group) -> Answer:
+    got = fn([list(numels) for numels in case["groups"]], world)
+    if isinstance(got, (list, tuple)):
+        got = [list(g) if isinstance(g, (list, tuple)) else g for g in got]
+    return Answer(got)
+
+
+def _expect(case, rank, world, group) -> Expected:
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     groups = [list(numels) for numels in case["groups"]]
@@ -106,10 +128,6 @@ def _run(fn, case, rank, world, group) -> Result:
     zero = ZeroRedundancyOptimizer(
         [{"params": ps} for ps in params], torch.optim.SGD, process_group=group, lr=0.1
     )
-    expected = _torch_owners(zero, params, group)
-    got = fn([list(numels) for numels in groups], world)
-    if isinstance(got, (list, tuple)):
-        got = [list(g) if isinstance(g, (list, tuple)) else g for g in got]
     slips = {
         "round robin": _round_robin(groups, world),
         "blocks": _blocks(groups, world),
@@ -117,7 +135,7 @@ def _run(fn, case, rank, world, group) -> Result:
         "ties high": [_greedy(groups, world, ties_high=True)],
         "per group": [_greedy(groups, world, per_group=True)],
     }
-    return Result(got, expected, {"input": groups, "slips": slips})
+    return Expected(_torch_owners(zero, params, group), {"input": groups, "slips": slips})
 
 
 def _is(slip: str):
@@ -169,10 +187,13 @@ ZERO1_PARTITION = Exercise(
     lesson="19_zero1",
     summary="ZeRO-1's owners: largest parameter first, to the rank with the fewest elements",
     reference="torch.distributed.optim.ZeroRedundancyOptimizer's partition (gloo), the same owners",
-    run_rank=_run,
+    learn=_learn,
+    expect=_expect,
     cases=CASES,
     strategy=partition_cases,
-    processes=True,
+    reference_processes=True,
+    generated=8,
+    answers=ZERO_ANSWERS,
     shrink=shrink_partition,
     prepare=warm_zero,
     mistakes=(

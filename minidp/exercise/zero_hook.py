@@ -11,9 +11,10 @@ equal pieces of ``ceil(numel / W)`` elements; rank r keeps piece r.
 
 Reference: gloo's own ``all_reduce`` (SUM) of each full gradient, divided by W, padded and
 sliced — the sums a reduce-scatter computes, on every torch (gloo has reduce_scatter only
-from ~2.8). Weights and inputs are small integers in float64, so every gradient is an
-exact integer and any summation order gives the same sums; dividing before or after
-summing rounds differently, hence ``rtol=1e-12`` rather than ``torch.equal``.
+from ~2.8), on the judge's thread ranks. Weights and inputs are ``±m·2^e`` in float64
+(``inputs.dyadic``, e in -2..1: fractions, both signs, negative zero), so every gradient
+is exact and any summation order gives the same sums; dividing before or after summing
+rounds differently, hence ``rtol=1e-12`` rather than ``torch.equal``.
 
 Test: ``pytest tests/test_exercises.py -k reduce_scatter_grad``
 """
@@ -24,19 +25,37 @@ import torch
 from torch import nn
 
 from minidp.exercise import reference
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere, same
+from minidp.exercise.inputs import dyadic
+from minidp.exercise.spec import (
+    Answer,
+    Exercise,
+    Expected,
+    Mistake,
+    Result,
+    Traffic,
+    everywhere,
+    same,
+)
 
 # worlds 1..5; the model's parameters have 24, 6, 18, 3, 3 and 1 elements: some fewer than W
 CASES = tuple({"world": w, "seed": s} for w, s in ((1, 0), (2, 0), (3, 1), (4, 2), (5, 3)))
 
 
+EXPONENTS = (-2, 1)  # weights and inputs m*2^e: products and their sums stay exact
+
+
 def _model(seed: int) -> nn.Sequential:
     g = torch.Generator().manual_seed(seed)
     model = nn.Sequential(nn.Linear(4, 6), nn.Linear(6, 3), nn.Linear(3, 1)).double()
-    with torch.no_grad():  # small integer weights: every gradient is an exact integer
+    with torch.no_grad():  # exact weights: every gradient is exact
         for p in model.parameters():
-            p.copy_(torch.randint(-2, 3, p.shape, generator=g))
+            p.copy_(dyadic(p.shape, torch.float64, g, EXPONENTS))
     return model
+
+
+def _batch(case, rank: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(case["seed"] * 101 + rank)
+    return dyadic((3, 4), torch.float64, g, EXPONENTS)  # this rank's own batch
 
 
 def _piece(full: torch.Tensor, rank: int, world: int) -> torch.Tensor:
@@ -47,24 +66,31 @@ def _piece(full: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     return padded[rank * k : (rank + 1) * k].clone()
 
 
-def _run(fn, case, rank, world, group) -> Result:
-    g = torch.Generator().manual_seed(case["seed"] * 101 + rank)
-    x = torch.randint(-2, 3, (3, 4), generator=g).double()  # this rank's own batch
+def _learn(fn, case, rank, world, group) -> Answer:
+    mine = _model(case["seed"])
+    for p in mine.parameters():
+        p.register_post_accumulate_grad_hook(lambda p: fn(p, group))
+    mine(_batch(case, rank)).sum().backward()
+    got = [getattr(p, "grad_shard", None) for p in mine.parameters()]
+    freed = all(p.grad is None for p in mine.parameters())
+    return Answer(got + [torch.tensor(freed)])  # the last item: was every full gradient freed?
+
+
+def _expect(case, rank, world, group) -> Expected:
     ref = _model(case["seed"])
-    ref(x).sum().backward()
+    ref(_batch(case, rank)).sum().backward()
     expected, pieces = [], []
     for p in ref.parameters():
         avg = reference.all_reduce(p.grad.clone(), group) / world  # gloo SUM, then / W
         expected.append(_piece(avg, rank, world))
         pieces.append([_piece(avg, r, world) for r in range(world)])
-    mine = _model(case["seed"])
-    for p in mine.parameters():
-        p.register_post_accumulate_grad_hook(lambda p: fn(p, group))
-    mine(x).sum().backward()
-    got = [getattr(p, "grad_shard", None) for p in mine.parameters()]
-    freed = all(p.grad is None for p in mine.parameters())
-    # the last item: was every full gradient freed? (expected: yes)
-    return Result(got + [torch.tensor(freed)], expected + [torch.tensor(True)], {"pieces": pieces})
+    return Expected(expected + [torch.tensor(True)], {"pieces": pieces})
+
+
+def _least(case, world: int) -> list[tuple[int, None]]:
+    """A reduce-scatter of every gradient: W-1 pieces of floor(numel/W) at least."""
+    numels = (24, 6, 18, 3, 3, 1)
+    return [(sum((world - 1) * (n // world) * 8 for n in numels), None)] * world
 
 
 def _shards(r: Result) -> tuple[list, list]:
@@ -108,7 +134,10 @@ REDUCE_SCATTER_GRAD = Exercise(
     lesson="20_zero2",
     summary="ZeRO-2's gradient hook: keep your piece of the averaged gradient, free the rest",
     reference="gloo all_reduce (SUM) / W of each gradient, padded, sliced; float64, rtol 1e-12",
-    run_rank=_run,
+    learn=_learn,
+    expect=_expect,
+    answers=("minidp.zero.textbook.TextbookZero2", "minidp.zero.zero2_hooks"),
+    traffic=Traffic(bounds=_least, formula="a reduce-scatter of every gradient"),
     cases=CASES,
     tolerance=lambda case: (1e-12, 0.0),
     mistakes=(

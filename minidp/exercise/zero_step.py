@@ -4,8 +4,11 @@
 let the local optimizer step the parameters this rank owns, and broadcast every
 parameter from its owner. The reference trains a copy through torch DDP +
 ``torch.distributed.optim.ZeroRedundancyOptimizer`` (SGD with momentum) on the same data,
-on real rank processes (both want a full ProcessGroup); the owners are torch's rule
-(``minidp.zero.partition.partition_parameters``, the same owners — ``tests/test_zero.py``).
+on real rank processes in the judge's reference worker (both want a full ProcessGroup).
+The learner's side runs on thread ranks in the sandbox (its tools are minidp's
+``all_reduce`` and ``broadcast``), with the owners given by torch's rule as
+``zero1_partition.py`` ports it (``_greedy``, held equal to torch's partition there): if
+the port and torch ever disagreed, the reference solution would fail here.
 
 float64, as in ``ddp_grads.py``: from 3 ranks on the learner's per-parameter all-reduce
 adds in another order than torch's buckets, which float64 keeps below 1e-15 relative.
@@ -18,61 +21,64 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from minidp.exercise.comm_common import least_all_reduce
 from minidp.exercise.ddp_grads import (
     CASES,
+    DDP_ANSWERS,
     DIVIDED_TWICE_HINT,
+    MLP_GRAD_ELEMENTS,
     ON_RANK_PROCESSES,
     _data,
     _loss,
     _model,
-    warm_ddp,
 )
-from minidp.exercise.spec import Exercise, Mistake, Result, everywhere, same
-from minidp.zero.partition import partition_parameters
+from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Traffic, everywhere, same
+from minidp.exercise.zero1_partition import ZERO_ANSWERS, _greedy, _torch_owners, warm_zero
 
 LR, MOMENTUM, STEPS = 0.1, 0.9, 2
-
-
-def warm_zero(rank: int, world_size: int) -> None:
-    """``Exercise.prepare``: torch DDP's first use, and ``torch.distributed.optim``'s import
-    (it compiles functional optimizers: seconds) — paid before the case clock runs."""
-    from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: F401
-
-    warm_ddp(rank, world_size)
 
 
 def _params(model: nn.Module) -> list:
     return [p.detach().clone() for p in model.parameters()]
 
 
-def _run_zero1(fn, case, rank, world, group) -> Result:
+def _learn_zero1(fn, case, rank, world, group) -> Answer:
+    mine = _model(case)
+    params = list(mine.parameters())
+    owners = _greedy([[p.numel() for p in params]], world)[0]  # torch's rule (the port)
+    mine_only = [p for p, owner in zip(params, owners) if owner == rank]
+    local = torch.optim.SGD(mine_only or [torch.zeros(0)], lr=LR, momentum=MOMENTUM)
+    first = []
+    for step in range(STEPS):
+        mine.zero_grad()  # every .grad: the local optimizer only knows its own share
+        _loss(mine, _data(case, rank, step)).backward()
+        fn(mine, local, owners, group)
+        if step == 0:
+            first = _params(mine)
+    return Answer(_params(mine), {"first": first})
+
+
+def _expect_zero1(case, rank, world, group) -> Expected:
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    theirs, mine = _model(case), _model(case)
+    theirs = _model(case)
     ddp = nn.parallel.DistributedDataParallel(theirs, process_group=group)
-    opts = dict(lr=LR, momentum=MOMENTUM)
-    zero = ZeroRedundancyOptimizer(ddp.parameters(), torch.optim.SGD, process_group=group, **opts)
-    params = list(mine.parameters())
-    shares = partition_parameters([{"params": params}], world)
-    owner = {p: r for r in range(world) for p in shares[r][0]["params"]}
-    local = torch.optim.SGD(shares[rank][0]["params"] or [torch.zeros(0)], **opts)
-    start, first = _params(mine), {}
+    zero = ZeroRedundancyOptimizer(
+        ddp.parameters(), torch.optim.SGD, process_group=group, lr=LR, momentum=MOMENTUM
+    )
+    start, first = _params(theirs), []
     for step in range(STEPS):
-        batch = _data(case, rank, step)
         zero.zero_grad()
-        _loss(ddp, batch).backward()
+        _loss(ddp, _data(case, rank, step)).backward()
         zero.step()
-        mine.zero_grad()  # every .grad: the local optimizer only knows its own share
-        _loss(mine, batch).backward()
-        fn(mine, local, [owner[p] for p in params], group)
         if step == 0:
-            first = {"got": _params(mine), "expected": _params(theirs)}
-    extra = {"start": start, "first": first, "owners": [owner[p] for p in params]}
-    return Result(_params(mine), _params(theirs), extra=extra)
+            first = _params(theirs)
+    owners = _torch_owners(zero, [list(theirs.parameters())], group)[0]
+    return Expected(_params(theirs), {"start": start, "first expected": first, "owners": owners})
 
 
-def _moved(first: dict, start: list, key: str) -> list:
-    return [after - before for after, before in zip(first[key], start)]
+def _moved(after: list, start: list) -> list:
+    return [a - b for a, b in zip(after, start)]
 
 
 def _not_divided(case, results, factor: float | None = None) -> bool:
@@ -85,8 +91,8 @@ def _not_divided(case, results, factor: float | None = None) -> bool:
         lambda rank, r: all(
             torch.allclose(g, e * factor, rtol=1e-9, atol=1e-12)
             for g, e in zip(
-                _moved(r.extra["first"], r.extra["start"], "got"),
-                _moved(r.extra["first"], r.extra["start"], "expected"),
+                _moved(r.extra["first"], r.extra["start"]),
+                _moved(r.extra["first expected"], r.extra["start"]),
             )  # fmt: skip
         ),
     )
@@ -98,7 +104,7 @@ def _no_broadcast(case, results) -> bool:
         results,
         lambda rank, r: all(
             same(g, s)
-            for g, s, o in zip(r.extra["first"]["got"], r.extra["start"], r.extra["owners"])
+            for g, s, o in zip(r.extra["first"], r.extra["start"], r.extra["owners"])
             if o != rank
         ),
     )
@@ -110,9 +116,15 @@ ZERO1_STEP = Exercise(
     summary="ZeRO-1's step: average the grads, step what you own, broadcast from each owner",
     reference="torch DDP + torch.distributed.optim.ZeroRedundancyOptimizer (SGD momentum), "
     "float64, rtol 1e-12",
-    run_rank=_run_zero1,
+    learn=_learn_zero1,
+    expect=_expect_zero1,
     cases=CASES,
     **{**ON_RANK_PROCESSES, "prepare": warm_zero},
+    answers=(*DDP_ANSWERS, *ZERO_ANSWERS),
+    traffic=Traffic(
+        bounds=least_all_reduce(MLP_GRAD_ELEMENTS),
+        formula="an all-reduce of every float64 gradient, (W-1)/W of them out of each rank",
+    ),
     mistakes=(
         Mistake(
             "no broadcast from the owners",

@@ -2,7 +2,17 @@
 
 import torch
 
-from minidp.ddp.textbook import make_buckets
+
+def make_buckets(params, cap_bytes):
+    """Last parameter first; close a bucket once it holds >= cap_bytes."""
+    buckets, current, size = [], [], 0
+    for p in reversed(params):
+        current.append(p)
+        size += p.numel() * p.element_size()
+        if size >= cap_bytes:
+            buckets.append(current)
+            current, size = [], 0
+    return buckets + ([current] if current else [])
 
 
 def bucketed_ddp(model, group, bucket_cap_bytes, start_all_reduce):
