@@ -38,6 +38,10 @@ WRONG = [
     ("bucket_assignment", "past_cap", "bucket closed past the cap"),
     ("bucket_assignment", "one_cap", "no small first bucket"),
     ("bucket_assignment", "mixed_dtypes", "dtypes mixed in one bucket"),
+    ("bucket_assignment", "crossing_next", "the crossing parameter started the next bucket"),
+    ("bucket_assignment", "elements", "counted elements, not bytes"),
+    ("bucket_assignment", "drop_open", "open buckets dropped"),
+    ("bucket_assignment", "sorted_order", "sorted by first parameter"),
     ("zero1_partition", "round_robin", "round robin"),
     ("zero1_partition", "blocks", "contiguous blocks by count"),
     ("zero1_partition", "unsorted", "not sorted by size"),
@@ -120,6 +124,57 @@ def test_bucket_port_equals_torchs_function():
     for numels, dtypes, limits in cases:
         port, theirs = _walk(numels, dtypes, limits), torch_buckets(numels, dtypes, limits)
         assert port == theirs, (numels, dtypes, limits)
+
+
+class _Mixed(torch.nn.Module):
+    """Parameters of the given sizes and dtypes, each used in registration order, so their
+    gradients are ready last to first: DDP's rebuild walks them in that order."""
+
+    def __init__(self, numels: list[int], dtypes: list[str]) -> None:
+        super().__init__()
+        self.ps = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.randn(n, dtype=getattr(torch, d)))
+            for n, d in zip(numels, dtypes)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x
+        for p in self.ps:
+            out = out + p.sum().double()
+        return out
+
+
+def _ddp_rebuilt(rank: int, world: int, numels: list[int], dtypes: list[str], cap: int):
+    import torch.distributed as dist
+
+    model = _Mixed(numels, dtypes)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap / 2**20)
+    for _ in range(3):  # rebuilt in the second forward, logged by the third
+        ddp(torch.zeros((), dtype=torch.float64)).backward()
+    text = ddp._get_ddp_logging_data()["rebuilt_per_bucket_param_indices"]
+    dist.barrier()
+    return [[int(i) for i in bucket.split()] for bucket in text.split(",")]
+
+
+MIXED = [  # (numels, dtypes, cap in bytes): with a cap of its own DDP's first bucket is the cap
+    ([3, 3, 2, 5, 3, 2], ["float32", "float64"] * 3, 40),
+    ([3, 3, 2, 5, 3, 2], ["float32", "float64"] * 3, 16),
+    (
+        [4, 1, 7, 2, 6, 3, 5],
+        ["float16", "float32", "float64", "float32", "float16", "float64", "float32"],
+        24,
+    ),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize("numels,dtypes,cap", MIXED)
+def test_the_reference_is_the_order_of_ddps_rebuilt_buckets(process_world, numels, dtypes, cap):
+    """With mixed dtypes DDP's rebuilt buckets come in the order they close, the still-open
+    ones last (not sorted by first parameter): the reference and its port say the same."""
+    (rebuilt,) = process_world(1).run(_ddp_rebuilt, numels, dtypes, cap)
+    assert torch_buckets(numels, dtypes, [cap, cap]) == rebuilt
+    assert _walk(numels, dtypes, [cap, cap]) == rebuilt
+    assert _walk(numels, dtypes, [cap, cap], sorted_order=True) != rebuilt or cap == 40
 
 
 def test_partition_port_equals_minidps_textbook_rule():

@@ -1,4 +1,4 @@
-"""Reference solution: DDP's bucket assignment, torch's rule in plain Python.
+"""Reference solution: the buckets DDP rebuilds, torch's rule in plain Python.
 
 Check: ``python -m minidp exercise check bucket_assignment --path lessons/solutions/bucket_assignment.py``
 """
@@ -11,9 +11,8 @@ def bucket_assignment(
 ) -> list[list[int]]:
     open_buckets: dict[torch.dtype, tuple[list[int], int]] = {}  # dtype -> (indices, bytes)
     limit_at: dict[torch.dtype, int] = {}  # dtype -> its position in bucket_size_limits
-    buckets: list[list[int]] = []
-    walk = list(reversed(range(len(numels))))  # last parameter first
-    for i in walk:
+    buckets: list[list[int]] = []  # in the order they close
+    for i in reversed(range(len(numels))):  # last parameter first
         dtype = dtypes[i]
         indices, size = open_buckets.get(dtype, ([], 0))
         indices.append(i)
@@ -24,6 +23,5 @@ def bucket_assignment(
             indices, size = [], 0
             limit_at[dtype] = min(at + 1, len(bucket_size_limits) - 1)  # the last repeats
         open_buckets[dtype] = (indices, size)
-    buckets += [indices for indices, _ in open_buckets.values() if indices]
-    position = {i: n for n, i in enumerate(walk)}
-    return sorted(buckets, key=lambda bucket: position[bucket[0]])
+    # then the still-open ones: the dtype that first appeared last comes first
+    return buckets + [indices for indices, _ in reversed(open_buckets.values()) if indices]

@@ -2,25 +2,38 @@
 
 The learner gets every parameter's ``numel`` and ``dtype`` in registration order
 (``model.parameters()``) and the bucket size limits ``[first_cap, cap]`` in bytes, and
-returns the buckets as lists of parameter indices. The rule, torch's
-``torch.distributed._compute_bucket_assignment_by_size`` (C++, ``reducer.cpp``):
+returns the buckets DDP *rebuilds* after its first backward, as lists of parameter
+indices, in DDP's order. DDP's rebuild (``Reducer::rebuild_buckets`` in ``reducer.cpp``)
+calls torch's ``torch.distributed._compute_bucket_assignment_by_size`` with the
+parameters in the order their gradients became ready *and* their indices in that order
+(``tensor_indices``) — and with indices given, torch does not sort the buckets. The rule,
+as torch 2.13 (and 2.15) run it:
 
 * walk the parameters LAST to first (the order their gradients become ready in a plain
-  stack of layers; DDP's bucket rebuild walks the order it saw in backward);
+  stack of layers);
 * one open bucket per dtype (and device); add the parameter's bytes, and close the
   bucket as soon as it holds ``>=`` the current limit (the parameter that crosses the cap
   stays in);
 * each dtype walks the limits on its own: its first bucket is held to ``limits[0]``
-  (DDP's small 1 MiB first bucket), the next to ``limits[1]``, ...; the last repeats;
-* still-open buckets are kept at the end; buckets are ordered by their first parameter in
-  the walk, indices inside a bucket in walk order.
+  (DDP's small first bucket), the next to ``limits[1]``, ...; the last repeats;
+* the buckets come in the order they **closed**; the buckets still open at the end come
+  after them, the dtype that first appeared *last* in the walk first (torch keeps the
+  open buckets in a hash map; this is the order it yields them in); inside a bucket,
+  walk order.
 
-Reference: torch's function on ``numel``-sized tensors on the ``meta`` device (no memory)
-in walk order, its positions mapped back to registration indices. It is private: where a
-torch lacks it, the checker's own port below (``_walk``, the same rule, also the source of
-the classic mistakes' answers) is the reference; ``tests/test_exercise_set_b.py`` holds
-them equal on every fixed case. A pure function: every thread rank computes the same
-buckets (DDP does so on every rank, and the ranks must agree). Lists of ints: exact.
+With one dtype that is simply walk order. With mixed dtypes it is *not* the order of each
+bucket's first parameter: that order is what torch's function returns when called
+*without* ``tensor_indices`` (the sorted order the spec once demanded, which DDP's
+rebuilt buckets do not have). ``tests/test_exercise_set_b.py`` holds the reference to a
+real DDP's rebuilt buckets (``rebuilt_per_bucket_param_indices`` in its logging data) on
+a mixed-dtype model.
+
+Reference: torch's function, called as the rebuild calls it, on ``numel``-sized tensors on
+the ``meta`` device (no memory) in walk order, positions mapped back to registration
+indices. It is private: where a torch lacks it, the checker's own port below (``_walk``,
+the same rule, also the source of the classic mistakes' answers) is the reference; the
+tests hold them equal. A pure function: every thread rank computes the same buckets. Lists
+of ints: exact.
 
 Test: ``pytest tests/test_exercise_set_b.py -k bucket``
 """
@@ -34,7 +47,9 @@ from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Result, ev
 
 MIB = 1024 * 1024
 DTYPES = ("float32", "float64", "float16", "bfloat16")
-SLIPS = ("forward", "past_cap", "one_cap", "mixed", "shared_limits")  # _walk's flags
+# _walk's flags, one classic slip each
+SLIPS = ("forward", "past_cap", "one_cap", "mixed", "shared_limits", "crossing_next",
+         "elements", "drop_open", "sorted_order")  # fmt: skip
 
 
 def _walk(
@@ -47,31 +62,51 @@ def _walk(
     one_cap: bool = False,
     mixed: bool = False,
     shared_limits: bool = False,
+    crossing_next: bool = False,
+    elements: bool = False,
+    drop_open: bool = False,
+    sorted_order: bool = False,
 ) -> list[list[int]]:
     """torch's rule in plain Python; each flag is one classic slip (for the mistakes)."""
     order = list(range(len(numels))) if forward else list(reversed(range(len(numels))))
-    open_: dict[str, list] = {}  # key -> [indices, bytes]
+    open_: dict[str, list] = {}  # key -> [indices, bytes], in order of first appearance
     step: dict[str, int] = {}  # key -> position in limits
     closed: list[list[int]] = []
+
+    def close(key: str, limit_key: str) -> None:
+        closed.append(open_[key][0])
+        open_[key] = [[], 0]
+        step[limit_key] = min(step[limit_key] + 1, len(limits) - 1)
+
     for i in order:
         key = "any" if mixed else dtypes[i]
         limit_key = "any" if shared_limits else key
         bucket = open_.setdefault(key, [[], 0])
+        size = numels[i] * (1 if elements else getattr(torch, dtypes[i]).itemsize)
         pos = step.setdefault(limit_key, 0)
-        bucket[0].append(i)
-        bucket[1] += numels[i] * getattr(torch, dtypes[i]).itemsize
         cap = limits[-1] if one_cap else limits[pos]
+        if crossing_next:  # closes BEFORE the parameter that would cross, which starts anew
+            if bucket[0] and bucket[1] + size > cap:
+                close(key, limit_key)
+            open_[key][0].append(i)
+            open_[key][1] += size
+            continue
+        bucket[0].append(i)
+        bucket[1] += size
         if bucket[1] > cap if past_cap else bucket[1] >= cap:
-            closed.append(bucket[0])
-            open_[key] = [[], 0]
-            step[limit_key] = min(pos + 1, len(limits) - 1)
-    buckets = closed + [b[0] for b in open_.values() if b[0]]
-    where = {i: n for n, i in enumerate(order)}
-    return sorted(buckets, key=lambda b: where[b[0]])
+            close(key, limit_key)
+    still_open = [] if drop_open else [b[0] for b in reversed(open_.values()) if b[0]]
+    buckets = closed + still_open
+    if sorted_order:  # by each bucket's first parameter in the walk
+        where = {i: n for n, i in enumerate(order)}
+        buckets.sort(key=lambda b: where[b[0]])
+    return buckets
 
 
 def torch_buckets(numels: list[int], dtypes: list[str], limits: list[int]) -> list[list[int]]:
-    """torch's own assignment (private function; the port where a torch lacks it)."""
+    """torch's own assignment as DDP's rebuild calls it: the walk (last parameter first)
+    and its positions as ``tensor_indices`` (private function; the port where a torch
+    lacks it)."""
     compute = getattr(dist, "_compute_bucket_assignment_by_size", None)
     if compute is None:
         return _walk(numels, dtypes, limits)
@@ -80,7 +115,8 @@ def torch_buckets(numels: list[int], dtypes: list[str], limits: list[int]) -> li
         torch.empty(numels[i], dtype=getattr(torch, dtypes[i]), device="meta")
         for i in reversed(range(len(numels)))
     ]
-    buckets = compute(walk, limits)[0]  # sorted by their smallest walk position
+    positions = list(range(len(walk)))
+    buckets = compute(walk, limits, [False] * len(walk), positions)[0]  # not sorted
     return [[last - j for j in bucket] for bucket in buckets]
 
 
@@ -110,13 +146,18 @@ def _canonical(buckets) -> list:
 
 
 def _slip(r: Result) -> str | None:
-    """Which slip's buckets this answer is: exactly first, then as sets (a wrong answer
-    may list its buckets in another order), among the slips that are wrong here."""
-    right = _canonical(r.expected)
-    wrong = [s for s in SLIPS if _canonical(r.extra[s]) != right]
+    """Which slip's buckets this answer is: the one slip whose (wrong) buckets it equals
+    exactly, else the one it equals as sets (a wrong answer may also list its buckets in
+    another order). None where two slips give the same answer: that case cannot say which
+    slip it is, and another case will."""
+    wrong = [s for s in SLIPS if r.extra[s] != r.expected]
     exact = [s for s in wrong if r.got == r.extra[s]]
-    loose = [s for s in wrong if _canonical(r.got) == _canonical(r.extra[s])]
-    return (exact or loose or [None])[0]
+    if exact:
+        return exact[0] if len(exact) == 1 else None
+    right = _canonical(r.expected)
+    loose = [s for s in wrong if _canonical(r.extra[s]) != right]
+    loose = [s for s in loose if _canonical(r.got) == _canonical(r.extra[s])]
+    return loose[0] if len(loose) == 1 else None
 
 
 def _is(variant: str):
@@ -197,8 +238,10 @@ CASES = (
 BUCKET_ASSIGNMENT = Exercise(
     name="bucket_assignment",
     lesson="11_buckets_overlap",
-    summary="DDP's buckets: last parameter first, per dtype, close at >= cap, small first cap",
-    reference="torch.distributed._compute_bucket_assignment_by_size, the same buckets",
+    summary="DDP's rebuilt buckets: last parameter first, per dtype, close at >= cap, in "
+    "closing order",
+    reference="torch.distributed._compute_bucket_assignment_by_size as DDP's rebuild calls it "
+    "(with tensor_indices), the same buckets in the same order",
     learn=_learn,
     expect=_expect,
     answers=(
@@ -241,10 +284,36 @@ BUCKET_ASSIGNMENT = Exercise(
             _is("shared_limits"),
         ),
         Mistake(
+            "the crossing parameter started the next bucket",
+            "you closed a bucket BEFORE the parameter that would take it over the limit, "
+            "and started the next bucket with it: torch adds the parameter first and closes "
+            "the bucket once it holds >= the limit — the parameter that crosses stays in.",
+            _is("crossing_next"),
+        ),
+        Mistake(
+            "counted elements, not bytes",
+            "the limits are in BYTES: a parameter takes numels[i] * dtypes[i].itemsize of "
+            "them (4 per float32 element, 8 per float64, 2 per float16), not numels[i].",
+            _is("elements"),
+        ),
+        Mistake(
+            "open buckets dropped",
+            "the buckets still open when the walk ends are buckets too (their gradients must "
+            "be all-reduced as well): after every closed bucket, add each dtype's open one.",
+            _is("drop_open"),
+        ),
+        Mistake(
+            "sorted by first parameter",
+            "the right buckets, sorted by their first parameter in the walk — but DDP keeps "
+            "its rebuilt buckets in the order they CLOSE (torch sorts only when called "
+            "without tensor_indices), with the still-open ones after them.",
+            _is("sorted_order"),
+        ),
+        Mistake(
             "buckets in another order",
-            "the right buckets, in another order: list them by the position of their first "
-            "parameter in the walk (still-open buckets included), and inside a bucket keep "
-            "the walk order (last parameter first).",
+            "the right buckets, in another order: list them in the order they close, then the "
+            "buckets still open at the end (the dtype that first appeared last in the walk "
+            "first); inside a bucket keep the walk order (last parameter first).",
             _reordered,
         ),
     ),

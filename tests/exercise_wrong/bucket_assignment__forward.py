@@ -13,5 +13,4 @@ def bucket_assignment(numels, dtypes, bucket_size_limits):
             indices, size = [], 0
             limit_at[dtypes[i]] = min(at + 1, len(bucket_size_limits) - 1)
         open_buckets[dtypes[i]] = (indices, size)
-    buckets += [indices for indices, _ in open_buckets.values() if indices]
-    return sorted(buckets, key=lambda bucket: bucket[0])
+    return buckets + [indices for indices, _ in reversed(open_buckets.values()) if indices]

@@ -4,8 +4,7 @@
 def bucket_assignment(numels, dtypes, bucket_size_limits):
     cap = bucket_size_limits[-1]
     open_buckets, buckets = {}, []
-    walk = list(reversed(range(len(numels))))
-    for i in walk:
+    for i in reversed(range(len(numels))):
         indices, size = open_buckets.get(dtypes[i], ([], 0))
         indices.append(i)
         size += numels[i] * dtypes[i].itemsize
@@ -13,6 +12,4 @@ def bucket_assignment(numels, dtypes, bucket_size_limits):
             buckets.append(indices)
             indices, size = [], 0
         open_buckets[dtypes[i]] = (indices, size)
-    buckets += [indices for indices, _ in open_buckets.values() if indices]
-    position = {i: n for n, i in enumerate(walk)}
-    return sorted(buckets, key=lambda bucket: position[bucket[0]])
+    return buckets + [indices for indices, _ in reversed(open_buckets.values()) if indices]
