@@ -17,7 +17,8 @@ import torch
 
 from minidp.exercise import check, find
 from minidp.exercise import report as printer
-from minidp.exercise.clip_grad_norm_shards import full_grads, shard
+from minidp.exercise.clip_grad_norm_shards import full_grads
+from minidp.exercise.clip_slips import shard
 from minidp.exercise.hsdp_reduce import HSDP_REDUCE, mesh, row_and_column
 
 NAMES = ("sync_batchnorm_stats", "clip_grad_norm_shards", "hsdp_reduce")
@@ -30,20 +31,33 @@ WRONG = [
     ("sync_batchnorm_stats", "unbiased", "unbiased variance"),
     ("sync_batchnorm_stats", "local_count", "count not all-reduced"),
     ("sync_batchnorm_stats", "local_only", "local statistics only"),
+    ("sync_batchnorm_stats", "pooled_unweighted", "between-rank term unweighted"),
+    ("sync_batchnorm_stats", "local_mean_squared", "mean² from the local mean"),
+    ("sync_batchnorm_stats", "divided_by_world", "sums divided by the world size"),
+    ("sync_batchnorm_stats", "local_variance", "variance over this rank's rows only"),
     ("clip_grad_norm_shards", "local_norm", "local norm only"),
     ("clip_grad_norm_shards", "summed_norms", "summed the norms"),
     ("clip_grad_norm_shards", "no_clamp", "no clamp to 1"),
     ("clip_grad_norm_shards", "inf_sum", "inf-norm summed"),
     ("clip_grad_norm_shards", "no_eps", "forgot the 1e-6"),
+    ("clip_grad_norm_shards", "inf_no_abs", "inf-norm without abs()"),
+    ("clip_grad_norm_shards", "copies", "clipped copies, shards unchanged"),
+    ("clip_grad_norm_shards", "squares_averaged", "squares averaged over ranks"),
+    ("clip_grad_norm_shards", "no_sqrt", "forgot the square root"),
+    ("clip_grad_norm_shards", "squares_max", "sums of squares combined with max"),
     ("hsdp_reduce", "row_only", "forgot the replicas"),
     ("hsdp_reduce", "shard_size_only", "divided by the shard size only"),
     ("hsdp_reduce", "all_reduce_rows", "all-reduced the full gradient"),
     ("hsdp_reduce", "averaged_twice", "averaged twice"),
     ("hsdp_reduce", "no_divide", "forgot to average"),
+    ("hsdp_reduce", "padding_kept", "padding rows left in"),
+    ("hsdp_reduce", "swapped_groups", "mesh groups swapped"),
+    ("hsdp_reduce", "tensor_split_rows", "tensor_split's rows, not torch.chunk's"),
 ]
 # wrong solutions that raise on a rank: the hint comes from the error
 WRONG_RAISES = [
     ("hsdp_reduce", "group_allreduce", "called a collective on a mesh group"),
+    ("hsdp_reduce", "no_padding", "pieces of different sizes"),
 ]
 
 
@@ -84,6 +98,14 @@ def test_wrong_solution_that_raises_fails_with_its_hint(name, what, mistake):
     text = printer.summary(rep)
     assert rep.failure.status == "error" and rep.failure.mistake.name == mistake, text
     assert f"hint ({mistake}): " in text and "raised" in text
+
+
+def test_every_wrong_solution_is_on_disk_and_tested():
+    rows = WRONG + WRONG_RAISES
+    for name in NAMES:
+        assert sum(n == name for n, _, _ in rows) >= 5, name  # the classic ones and newer
+    on_disk = {p.stem for p in WRONG_DIR.glob("*.py") if p.stem.split("__")[0] in NAMES}
+    assert on_disk == {f"{n}__{w}" for n, w, _ in rows}
 
 
 def test_patching_torchs_clip_code_in_the_sandbox_cannot_pass(tmp_path):

@@ -4,9 +4,6 @@ its own hint, and the checkers' own ports agree with torch.
 
 Run: ``pytest tests/test_exercise_set_b.py``
 
-The two process exercises share one world of rank processes (``process_world.py``); the
-wrong solution that raises replaces that world for every later case, so it runs last and
-only with ``-m slow``.
 """
 
 from __future__ import annotations
@@ -23,9 +20,10 @@ from minidp.comm.group import resolve
 from minidp.exercise import check, find
 from minidp.exercise import report as printer
 from minidp.exercise.bucket_assignment import CASES as BUCKET_CASES
-from minidp.exercise.bucket_assignment import DTYPES, _walk, torch_buckets
+from minidp.exercise.bucket_assignment import DTYPES
+from minidp.exercise.bucket_rule import _walk, torch_buckets
+from minidp.exercise.partition_rule import _greedy, _torch_owners
 from minidp.exercise.zero1_partition import CASES as PARTITION_CASES
-from minidp.exercise.zero1_partition import _greedy, _torch_owners
 from minidp.launch import run_threads
 from minidp.zero.partition import partition_parameters
 
@@ -47,15 +45,23 @@ WRONG = [
     ("zero1_partition", "unsorted", "not sorted by size"),
     ("zero1_partition", "ties_high", "ties to the highest rank"),
     ("zero1_partition", "per_group", "totals restarted in every group"),
+    ("zero1_partition", "ascending", "sorted smallest first"),
+    ("zero1_partition", "index_by_value", "found a parameter by its size"),
+    ("zero1_partition", "reversed_ties", "equal sizes in reverse order"),
+    ("zero1_partition", "by_count", "balanced parameter counts"),
+    ("zero1_partition", "across_groups", "sorted across the groups"),
     ("fp16_compress_hook", "no_divide", "forgot to divide by the world size"),
     ("fp16_compress_hook", "divide_after", "divided after the sum"),
     ("fp16_compress_hook", "divide_before", "divided before compressing"),
     ("fp16_compress_hook", "not_copied", "sum never copied into the bucket"),
     ("fp16_compress_hook", "bfloat16", "compressed to bfloat16"),
+    ("fp16_compress_hook", "compress_after", "compressed after the all-reduce"),
+    ("fp16_compress_hook", "divide_twice", "divided twice"),
 ]
 # wrong solutions that RAISE on a rank (the hint comes from the error)
 WRONG_RAISES = [
     ("fp16_compress_hook", "returns_work_future", "returned the all-reduce's future"),
+    ("fp16_compress_hook", "default_group", "all-reduced on the default group"),
 ]
 
 
@@ -87,7 +93,6 @@ def test_wrong_solution_fails_with_its_hint(name, what, mistake):
     assert rep.failure.case["world"] <= first.case["world"]  # shrunk, never grown
 
 
-@pytest.mark.slow  # each raising case replaces the shared rank processes: ~10 s
 @pytest.mark.parametrize(
     "name,what,mistake", WRONG_RAISES, ids=[f"{n}-{w}" for n, w, _ in WRONG_RAISES]
 )
@@ -97,6 +102,16 @@ def test_wrong_solution_that_raises_fails_with_its_hint(name, what, mistake):
     assert not rep.passed and rep.failure.status == "error", text
     assert rep.failure.mistake is not None and rep.failure.mistake.name == mistake, text
     assert f"hint ({mistake}): " in text and "raised" in text
+
+
+def test_a_default_group_all_reduce_names_the_line_and_both_groups():
+    """Once a 6 s deadlock with no line shown: now caught at the call."""
+    rep = check(find("fp16_compress_hook"), WRONG_DIR / "fp16_compress_hook__default_group.py",
+                generated=0)  # fmt: skip
+    text = printer.summary(rep)
+    assert rep.failure.status == "error" and rep.failure.case["world"] == 2, text
+    assert "the hook all-reduced on the default group (WORLD, 2 ranks) at line 13: " in text
+    assert "expected `state`, the group DDP hands the hook (a group of 2 ranks)" in text
 
 
 def test_every_wrong_solution_is_on_disk_and_tested():

@@ -11,13 +11,14 @@ Tools: ``from minidp.comm import all_reduce`` — ``all_reduce(t, group=group)``
 over all ranks, in place. ``group.rank()``, ``group.size()``. (What to reduce is the
 exercise, not how: the collective is given.)
 
-Hints:
-* Pack what you need into one tensor and all-reduce it once:
-  ``torch.cat([x.sum(0), (x * x).sum(0), torch.tensor([float(len(x))], dtype=x.dtype)])``
-  — then mean = Σx / N and var = Σx² / N - mean².
-* The mean of the per-rank means is wrong when ranks hold different numbers of rows.
-* The average of the per-rank variances leaves out the spread *between* the ranks'
-  means. And the count is global too: all-reduce it with the sums.
+Hints (read one at a time; each gives away a little more):
+* The global mean is the sum over every row of every rank, divided by the number of rows
+  in all — and no rank knows either of those two numbers on its own.
+* The mean of the per-rank means is wrong when ranks hold different numbers of rows; so
+  is the average of the per-rank variances — it leaves out how far apart the ranks'
+  means lie.
+* The variance can be written with global sums only: the mean of x² minus the square of
+  the (global) mean. One all-reduce of a packed tensor can carry everything you need.
 
 Check: ``python -m minidp exercise check sync_batchnorm_stats``
 """
@@ -29,4 +30,4 @@ from minidp.comm import all_reduce  # noqa: F401  (you will need it)
 
 def sync_batchnorm_stats(x: torch.Tensor, group) -> tuple[torch.Tensor, torch.Tensor]:
     """The per-channel mean and biased variance of every rank's rows, ``(C,)`` each."""
-    raise NotImplementedError("not implemented yet: all-reduce [Σx, Σx², count], then divide")
+    raise NotImplementedError("not implemented yet: the whole batch's mean and variance")

@@ -34,8 +34,21 @@ from collections.abc import Iterable
 import torch
 from torch.nn.utils import clip_grad_norm_
 
+from minidp.exercise.clip_slips import (
+    _copies,
+    _local_norm,
+    _no_clamp,
+    _no_eps,
+    _no_sqrt,
+    _norm_is,
+    _signed_max,
+    _squares_averaged,
+    _squares_max,
+    _summed,
+    shard,
+)
 from minidp.exercise.comm_common import least_all_reduce
-from minidp.exercise.spec import Answer, Case, Exercise, Expected, Mistake, Result, Traffic
+from minidp.exercise.spec import Answer, Case, Exercise, Expected, Mistake, Traffic
 
 INF = math.inf
 SCALES = (1e-3, 1.0, 1e3)  # gradient i is N(0, 1) * SCALES[i % 3]
@@ -64,12 +77,6 @@ def full_grads(case: Case) -> list[torch.Tensor]:
         t.view(-1)[::7] = -0.0
         out.append(t.to(dtype))
     return out
-
-
-def shard(t: torch.Tensor, world: int, rank: int) -> torch.Tensor:
-    """Rank ``rank``'s ``torch.chunk`` rows of ``t`` (empty when the chunks run out)."""
-    chunks = t.chunk(world)
-    return chunks[rank].clone() if rank < len(chunks) else t.new_empty((0, *t.shape[1:]))
 
 
 def _clip_cases():
@@ -121,74 +128,6 @@ def _expect(case, rank, world, group) -> Expected:
     return Expected(expected, {"full": full, "labels": labels})
 
 
-# ----------------------------------------------------------------------------- detectors
-
-
-def _norms(case, full: list[torch.Tensor], world: int) -> list[float]:
-    """Each rank's local norm of its shards (float64)."""
-    p = case["norm_type"]
-    out = []
-    for rank in range(world):
-        flat = torch.cat([shard(t, world, rank).double().reshape(-1) for t in full])
-        out.append(float(torch.linalg.vector_norm(flat, p)) if flat.numel() else 0.0)
-    return out
-
-
-def _close(a, b: float, rtol: float = 1e-6) -> bool:
-    return isinstance(a, (int, float)) and math.isclose(a, b, rel_tol=rtol, abs_tol=1e-9)
-
-
-def _scaled_by(r: Result, rank: int, world: int, coef: float) -> bool:
-    """Every shard is the unclipped shard times ``coef``."""
-    return all(
-        isinstance(g, torch.Tensor)
-        and g.shape == (s := shard(t, world, rank)).shape
-        and torch.allclose(g.double(), s.double() * coef, rtol=1e-6, atol=1e-9)
-        for g, t in zip(r.got[1:], r.extra["full"])
-    )
-
-
-def _local_norm(case, results) -> bool:
-    world = len(results)
-    local = _norms(case, results[0].extra["full"], world)
-    return (
-        world > 1
-        and all(_close(r.got[0], n) for r, n in zip(results, local))
-        and any(not _close(r.got[0], r.expected[0]) for r in results)
-    )
-
-
-def _summed(case, results) -> bool:
-    """The per-rank norms (2-norm) or maxima (inf) were added up."""
-    world = len(results)
-    total = sum(_norms(case, results[0].extra["full"], world))
-    return world > 1 and all(
-        _close(r.got[0], total) and not _close(r.got[0], r.expected[0]) for r in results
-    )
-
-
-def _no_clamp(case, results) -> bool:
-    """Right norm; the shards scaled by max_norm / norm although that is > 1."""
-    world = len(results)
-    norm = results[0].expected[0]
-    coef = case["max_norm"] / (norm + 1e-6)
-    return coef > 1.01 and all(
-        _close(r.got[0], norm, 1e-9) and _scaled_by(r, rank, world, coef)
-        for rank, r in enumerate(results)
-    )
-
-
-def _no_eps(case, results) -> bool:
-    """Right norm; the shards scaled by max_norm / norm, without torch's + 1e-6."""
-    world = len(results)
-    norm = results[0].expected[0]
-    coef = case["max_norm"] / norm if norm else INF
-    return coef < 1 and all(
-        _close(r.got[0], norm, 1e-9) and _scaled_by(r, rank, world, coef)
-        for rank, r in enumerate(results)
-    )
-
-
 SUM_HINT = (
     "norms do not add: ‖(a, b)‖₂ = sqrt(‖a‖² + ‖b‖²). All-reduce (sum) each rank's *sum of "
     "squares*, then take the square root once."
@@ -231,6 +170,39 @@ CLIP_GRAD_NORM_SHARDS = Exercise(
             "summed the norms",
             SUM_HINT,
             lambda case, results: case["norm_type"] != INF and _summed(case, results),
+        ),
+        Mistake(
+            "inf-norm without abs()",
+            "the inf-norm is the largest ABSOLUTE value: a gradient of -5 counts as 5. Take "
+            'g.abs().max() on each rank before the all-reduce with op="max".',
+            _norm_is(_signed_max),
+        ),
+        Mistake(
+            "squares averaged over ranks",
+            'the sum of squares was all-reduced with op="avg" (or divided by the world '
+            "size): a norm sums every element's square over every rank — nothing is "
+            'averaged. All-reduce with op="sum", then take the square root.',
+            _norm_is(_squares_averaged),
+        ),
+        Mistake(
+            "forgot the square root",
+            "the value you returned (and clipped by) is the sum of squares: the 2-norm is "
+            "its square root, taken once, after the all-reduce.",
+            _norm_is(_no_sqrt),
+        ),
+        Mistake(
+            "sums of squares combined with max",
+            'for the 2-norm the ranks\' sums of squares must be ADDED (op="sum"): the '
+            'largest of them is only the norm of one rank\'s shards. op="max" is for the '
+            "inf-norm.",
+            _norm_is(_squares_max),
+        ),
+        Mistake(
+            "clipped copies, shards unchanged",
+            "the norm is right but the shards you were given still hold their old values: "
+            "clip_grad_norm_ scales the gradients IN PLACE (g.mul_(coef)); g = g * coef "
+            "makes a new tensor that nobody keeps.",
+            _copies,
         ),
         Mistake(
             "no clamp to 1",

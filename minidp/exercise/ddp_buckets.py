@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from minidp.comm import all_reduce
-from minidp.exercise.bucket_assignment import torch_buckets
+from minidp.exercise.bucket_rule import torch_buckets
 from minidp.exercise.ddp_grads import (
     DDP_ANSWERS,
     DIVIDED_TWICE_HINT,

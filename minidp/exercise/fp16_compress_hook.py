@@ -76,6 +76,18 @@ def _bfloat16(state, bucket):
     return _then_copy(buffer, _reduce(state, buffer.to(torch.bfloat16).div_(state.size())))
 
 
+def _compress_after(state, bucket):  # the float32 average, rounded to float16 afterwards
+    buffer = bucket.buffer()
+    fut = _reduce(state, buffer.div_(state.size()))
+    return fut.then(lambda f: buffer.copy_(f.value()[0].to(torch.float16)))
+
+
+def _divide_twice(state, bucket):  # divided in float16 before the sum, and again after
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.float16).div_(state.size())
+    return _then_copy(buffer, _reduce(state, compressed), state.size())
+
+
 def _not_copied(state, bucket):  # the sum is made, but the bucket keeps its own values
     buffer = bucket.buffer()
     fut = _reduce(state, buffer.to(torch.float16).div_(state.size()))
@@ -88,6 +100,8 @@ SLIPS = {  # name -> the hook with that slip (its gradients, to recognise the sl
     "divide before": _divide_before,
     "bfloat16": _bfloat16,
     "not copied": _not_copied,
+    "compress after": _compress_after,
+    "divide twice": _divide_twice,
     "no compression": None,  # DDP's own all-reduce: float32 average
 }
 
@@ -175,6 +189,19 @@ FP16_COMPRESS_HOOK = Exercise(
             _is("not copied", 2),
         ),
         Mistake(
+            "compressed after the all-reduce",
+            "you all-reduced the float32 bucket and cast the result to float16 afterwards: "
+            "no byte was saved on the wire, and the rounding happens after the sum. Cast "
+            "BEFORE the all-reduce: that is what halves the traffic.",
+            _is("compress after", 2),
+        ),
+        Mistake(
+            "divided twice",
+            "the gradients are torch's divided by the world size once more: divide the "
+            "float16 tensor before the all-reduce, and only copy the sum back in decompress.",
+            _is("divide twice", 2),
+        ),
+        Mistake(
             "compressed to bfloat16",
             "the exercise (and torch's fp16_compress_hook) sends torch.float16: 10 mantissa "
             "bits; bfloat16 keeps only 7.",
@@ -209,7 +236,7 @@ FP16_COMPRESS_HOOK = Exercise(
             "dist.all_reduce(...).get_future() holds a LIST of tensors: return "
             "fut.then(decompress), where decompress(fut) copies fut.value()[0] into "
             "bucket.buffer() and returns that tensor.",
-            raised=r"hook result",
+            raised=r"hook result|Unable to cast \[tensor",  # (the latter: through HookWatch)
         ),
         Mistake(
             "annotations as strings",

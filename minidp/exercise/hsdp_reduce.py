@@ -37,8 +37,19 @@ from collections.abc import Iterable
 import torch
 
 from minidp.exercise import reference
+from minidp.exercise.hsdp_slips import (
+    TOLS,
+    _answer_is,
+    _chunk,
+    _full,
+    _padded_piece,
+    _row_only,
+    _scaled,
+    _split_rows,
+    _swapped,
+)
 from minidp.exercise.inputs import values
-from minidp.exercise.learner_group import LearnerGroup, RefusedCall
+from minidp.exercise.mesh_group import MeshGroup, mesh, row_and_column
 from minidp.exercise.spec import (
     Answer,
     Case,
@@ -46,15 +57,9 @@ from minidp.exercise.spec import (
     Expected,
     Mistake,
     Traffic,
-    everywhere,
 )
-from minidp.identity import current_group
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
-# rtol and atol per dtype where W is not a power of two: a few ulps
-TOLS = {"float64": (1e-12, 1e-12), "float32": (1e-5, 1e-6), "float16": (4e-3, 4e-3),
-        "bfloat16": (3e-2, 3e-2)}  # fmt: skip
-
 CASES = (
     {"world": 1, "replicate": 1, "shape": (3, 2), "dtype": "float32", "seed": 0},
     {"world": 2, "replicate": 1, "shape": (4, 2), "dtype": "float32", "seed": 1},
@@ -69,66 +74,6 @@ CASES = (
 
 def _power_of_two(n: int) -> bool:
     return n & (n - 1) == 0
-
-
-def mesh(case: Case) -> tuple[int, int]:
-    """(R, S): replicate × shard."""
-    return case["replicate"], case["world"] // case["replicate"]
-
-
-def row_and_column(rank: int, r: int, s: int) -> tuple[list[int], list[int]]:
-    """Global ranks of this rank's shard group (its row) and replicate group (its column)."""
-    row, col = divmod(rank, s)
-    return [row * s + j for j in range(s)], [i * s + col for i in range(r)]
-
-
-class MeshGroup:
-    """A row or column of the mesh as a group: ``rank()``/``size()`` and ``send``/``recv``
-    in its own ranks, sent through the learner's group of the current call."""
-
-    def __init__(self, ranks: list[int], me: int, name: str) -> None:
-        object.__setattr__(self, "_ranks", list(ranks))
-        object.__setattr__(self, "_me", me)
-        object.__setattr__(self, "_name", name)
-
-    def rank(self) -> int:
-        return self._ranks.index(self._me)
-
-    def size(self) -> int:
-        return len(self._ranks)
-
-    def _learner(self) -> LearnerGroup:
-        group = current_group()  # guarded(): the learner's group while its function runs
-        if not isinstance(group, LearnerGroup):
-            raise RefusedCall(
-                f"the {self._name} group sends only from the thread your function runs in"
-            )
-        return group
-
-    def send(self, tensors: list, dst: int, tag: int = 0):
-        return self._learner().send(tensors, self._ranks[dst], tag)
-
-    def recv(self, tensors: list, src: int, tag: int = 0):
-        return self._learner().recv(tensors, self._ranks[src], tag)
-
-    def __getattr__(self, name: str):
-        raise RefusedCall(
-            f"the {self._name} group allows only rank, size, send, recv — got a call to "
-            f"group.{name}. Hint: use minidp.comm's reduce_scatter and all_reduce with "
-            f"group={self._name}_group (built from send/recv)"
-        )
-
-    def __setattr__(self, name: str, value) -> None:
-        raise RefusedCall(f"the {self._name} group is read-only (set {name})")
-
-    def __repr__(self) -> str:
-        return f"MeshGroup({self._name}, ranks={self._ranks})"
-
-
-def _chunk(t: torch.Tensor, s: int, i: int) -> torch.Tensor:
-    """Chunk ``i`` of ``torch.chunk(t, s)`` (dim 0), empty when the chunks run out."""
-    chunks = t.chunk(s)
-    return chunks[i].clone() if i < len(chunks) else t.new_empty((0, *t.shape[1:]))
 
 
 def _learn(fn, case, rank, world, group) -> Answer:
@@ -176,61 +121,6 @@ def _shrink(case: Case) -> Iterable[Case]:
         yield {**case, "seed": 0}
 
 
-# ----------------------------------------------------------------------------- detectors
-
-
-def _like(got, value: torch.Tensor, dtype: str) -> bool:
-    if not isinstance(got, torch.Tensor) or got.shape != value.shape:
-        return False
-    rtol, atol = TOLS[dtype]
-    return bool(torch.allclose(got.double(), value.double(), rtol=rtol, atol=atol))
-
-
-FACTORS = {"W": lambda r, s: r * s, "R": lambda r, s: r, "S": lambda r, s: s,
-           "1/W": lambda r, s: 1 / (r * s)}  # fmt: skip
-
-
-def _scaled(which: str):
-    """Every rank's answer is the expected shard times ``FACTORS[which](R, S)`` — only
-    where that factor is none of the others' (at 2×1, W = R: which slip is it?), so
-    shrinking stops at a case whose hint is certain."""
-
-    def matches(case, results) -> bool:
-        r, s = mesh(case)
-        f = FACTORS[which](r, s)
-        others = {k: g(r, s) for k, g in FACTORS.items() if k != which}
-        return (
-            f != 1
-            and f not in others.values()
-            and everywhere(
-                results, lambda rank, res: _like(res.got, res.expected.double() * f, case["dtype"])
-            )
-        )
-
-    return matches
-
-
-def _row_only(case, results) -> bool:
-    """Reduce-scattered in the shard group and stopped: the row's sum / S or / W."""
-    r, s = mesh(case)
-    grads = results[0].extra["grads"]
-
-    def test(rank, res) -> bool:
-        row = sum(grads[g].double() for g in row_and_column(rank, r, s)[0])
-        piece = _chunk(row, s, rank % s)
-        return any(_like(res.got, piece / d, case["dtype"]) for d in {s, r * s})
-
-    return r > 1 and everywhere(results, test)
-
-
-def _full(case, results) -> bool:
-    r, s = mesh(case)
-    shape = tuple(case["shape"])
-    return s > 1 and everywhere(
-        results, lambda rank, res: isinstance(res.got, torch.Tensor) and res.got.shape == shape
-    )
-
-
 def _bounds(case: Case, world: int) -> list[tuple[int, int]]:
     """HSDP's bytes per rank. At most: the reduce-scatter's S-1 padded pieces (ceil(rows/S)
     rows each), then one piece all-reduced across R ranks (minidp: one exchange, R-1
@@ -276,6 +166,33 @@ HSDP_REDUCE = Exercise(
             "group hold the same shard of *other* batches' gradients. After the "
             "reduce-scatter, all-reduce the piece across replicate_group.",
             _row_only,
+        ),
+        Mistake(
+            "mesh groups swapped",
+            "you reduce-scattered across replicate_group and all-reduced in shard_group: the "
+            "groups are the other way round. Your row, shard_group, splits the gradient "
+            "(reduce-scatter there); your column, replicate_group, holds the same shard of "
+            "other batches (all-reduce the piece there).",
+            _answer_is(_swapped),
+        ),
+        Mistake(
+            "padding rows left in",
+            "you returned the reduce-scatter's whole piece, padding included: keep only the "
+            "rows torch.chunk gives your shard — max(min(rows - rank * k, k), 0) of them.",
+            _answer_is(_padded_piece),
+        ),
+        Mistake(
+            "tensor_split's rows, not torch.chunk's",
+            "your shard has as-even-as-possible rows (tensor_split: 7 rows on 3 ranks are 3, "
+            "2, 2), but HSDP shards like torch.chunk: ceil(rows / S) rows each and the rest "
+            "on the last (3, 3, 1) — the padding to k = ceil(rows / S) gives that.",
+            _answer_is(_split_rows),
+        ),
+        Mistake(
+            "pieces of different sizes",
+            "a reduce-scatter needs equal pieces on every rank: pad dim 0 to a multiple of S "
+            "(k = ceil(rows / S) rows per piece) before cutting, and cut the padding off after.",
+            raised=r"reduce_scatter: input_list\[\d+\] is|reduce_scatter.*(numel|shape)",
         ),
         Mistake(
             "returned the full gradient",

@@ -164,6 +164,54 @@ def _averaged_variances(case, results) -> bool:
     )
 
 
+def _pieces(case, results):
+    """Per rank: rows n_r (W, 1), means (W, C), biased variances (W, C); the global mean."""
+    every = results[0].extra["every"]
+    n = torch.tensor(case["sizes"], dtype=torch.float64)[:, None]
+    means = torch.stack([x.mean(0) for x in every])
+    variances = torch.stack([x.var(0, correction=0) for x in every])
+    return every, n, means, variances, torch.cat(every).mean(0)
+
+
+def _pooled_unweighted(case, results) -> bool:
+    """Within-rank variances weighted by rows, but the between-rank term unweighted:
+    Σ n_r v_r / N + Σ (m_r - M)² / W."""
+    _, n, means, variances, mean = _pieces(case, results)
+    wrong = (variances * n).sum(0) / n.sum() + ((means - mean) ** 2).mean(0)
+    return len(set(case["sizes"])) > 1 and all(
+        _near(_item(r, 0), r.expected[0]) and _near(_item(r, 1), wrong) for r in results
+    )
+
+
+def _local_mean_squared(case, results) -> bool:
+    """Σx²/N over every rank, minus the square of this rank's OWN mean."""
+    every, _, means, _, _ = _pieces(case, results)
+    squares = (torch.cat(every) ** 2).mean(0)
+    return len(results) > 1 and all(
+        _near(_item(r, 0), r.expected[0]) and _near(_item(r, 1), squares - means[rank] ** 2)
+        for rank, r in enumerate(results)
+    )
+
+
+def _divided_by_world(case, results) -> bool:
+    """The per-channel sums were all-reduced, then divided by the number of ranks."""
+    every = results[0].extra["every"]
+    wrong = torch.cat(every).sum(0) / len(results)
+    return all(_near(_item(r, 0), wrong) for r in results) and not _near(
+        wrong, results[0].expected[0]
+    )
+
+
+def _local_variance(case, results) -> bool:
+    """Right mean; the variance about it over this rank's rows only."""
+    every, _, _, _, mean = _pieces(case, results)
+    return len(results) > 1 and all(
+        _near(_item(r, 0), r.expected[0])
+        and _near(_item(r, 1), ((every[rank] - mean) ** 2).mean(0))
+        for rank, r in enumerate(results)
+    )
+
+
 def _unbiased(case, results) -> bool:
     full = torch.cat(results[0].extra["every"])
     return full.shape[0] > 1 and all(_near(_item(r, 1), full.var(0, correction=1)) for r in results)
@@ -190,8 +238,8 @@ SYNC_BATCHNORM_STATS = Exercise(
         Mistake(
             "local statistics only",
             "every rank returned the mean and variance of its own rows: nothing was "
-            "all-reduced, so ranks normalise differently. All-reduce the per-channel sums, "
-            "sums of squares and the row count first.",
+            "all-reduced, so ranks normalise differently. Each rank needs statistics of the "
+            "whole batch: which per-channel totals, summed over ranks, make them?",
             _local_only,
         ),
         Mistake(
@@ -212,8 +260,35 @@ SYNC_BATCHNORM_STATS = Exercise(
             "averaged the variances",
             "the mean is right, but the variance averages the per-rank variances: that "
             "leaves out how far each rank's mean lies from the global mean (the spread "
-            "*between* ranks). Use var = Σx²/N - mean², or all-reduce Σ(x - global mean)².",
+            "*between* ranks). Work from global sums instead of local variances.",
             _averaged_variances,
+        ),
+        Mistake(
+            "between-rank term unweighted",
+            "the within-rank variances are weighted by their rows, but the between-rank "
+            "term Σ (m_r - M)² is divided by the number of ranks: each rank's mean stands for "
+            "n_r rows, so it needs the same weight, Σ n_r (m_r - M)² / N.",
+            _pooled_unweighted,
+        ),
+        Mistake(
+            "mean² from the local mean",
+            "E[x²] is global, but the mean you square is this rank's own: var = E[x²] - M² "
+            "needs the GLOBAL mean M — the one you return — or ranks normalise differently.",
+            _local_mean_squared,
+        ),
+        Mistake(
+            "sums divided by the world size",
+            "you divided the all-reduced sums by the number of ranks: that is a mean of "
+            "per-rank sums, not of rows. The mean is over every ROW: divide by the total row "
+            "count N, which must be all-reduced too (ranks hold different numbers of rows).",
+            _divided_by_world,
+        ),
+        Mistake(
+            "variance over this rank's rows only",
+            "the mean is global, but the variance is taken over your own rows only: the "
+            "squared deviations (or squares) must be summed over every rank's rows too, "
+            "and divided by the global N.",
+            _local_variance,
         ),
         Mistake(
             "unbiased variance",

@@ -13,8 +13,8 @@ of a real gloo group of W ranks (it asks the group for its size and rank: rank p
 in the judge's reference worker) on zero-filled parameters of those sizes; the owners
 are read from its ``_partition_parameters()`` (private), or where a torch
 lacks it from every rank's public ``zero.optim.param_groups`` gathered over the group.
-Lists of ints: exact. The classic mistakes' answers are computed beside it (``_greedy``,
-``_round_robin``, ``_blocks``) and recognised exactly.
+Lists of ints: exact. The classic mistakes' answers are computed beside it
+(``partition_rule.py``) and recognised exactly.
 
 Test: ``pytest tests/test_exercise_set_b.py -k zero1``
 """
@@ -22,10 +22,16 @@ Test: ``pytest tests/test_exercise_set_b.py -k zero1``
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from minidp.exercise.ddp_grads import warm_ddp
+from minidp.exercise.partition_rule import (
+    _blocks,
+    _greedy,
+    _round_robin,
+    _sorted_across_groups,
+    _torch_owners,
+)
 from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, everywhere
 
 ZERO_ANSWERS = (
@@ -42,75 +48,6 @@ def warm_zero(rank: int, world_size: int) -> None:
     from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: F401
 
     warm_ddp(rank, world_size)
-
-
-def _torch_owners(zero, params: list[list[nn.Parameter]], group) -> list[list[int]]:
-    """Owner rank of every parameter, per group, as torch's ZeRO partitioned them."""
-    where = {id(p): (g, i) for g, ps in enumerate(params) for i, p in enumerate(ps)}
-    owners = [[-1] * len(ps) for ps in params]
-    partition = getattr(zero, "_partition_parameters", None)
-    if partition is not None:
-        per_rank = [[where[id(p)] for pg in groups for p in pg["params"]] for groups in partition()]
-    else:  # public: each rank knows its own share; gather every rank's
-        mine = [where[id(p)] for pg in zero.optim.param_groups for p in pg["params"]]
-        per_rank = [None] * dist.get_world_size(group)
-        dist.all_gather_object(per_rank, mine, group=group)
-    for rank, places in enumerate(per_rank):
-        for g, i in places:
-            owners[g][i] = rank
-    return owners
-
-
-def _greedy(groups, world: int, *, sort=True, ties_high=False, per_group=False) -> list:
-    """torch's rule; each flag is one classic slip."""
-    totals, owners = [0] * world, []
-    for numels in groups:
-        if per_group:
-            totals = [0] * world
-        order = list(range(len(numels)))
-        if sort:
-            order = sorted(order, key=lambda i: numels[i], reverse=True)  # stable
-        owned = [0] * len(numels)
-        for i in order:
-            lightest = [r for r in range(world) if totals[r] == min(totals)]
-            rank = lightest[-1] if ties_high else lightest[0]
-            owned[i] = rank
-            totals[rank] += numels[i]
-        owners.append(owned)
-    return owners
-
-
-def _round_robin(groups, world: int) -> list:
-    """Parameter k (counting on through the groups, or from 0 in each) to rank k % W."""
-    flat, answers, k = [], [], 0
-    for numels in groups:
-        flat.append([(k + i) % world for i in range(len(numels))])
-        k += len(numels)
-    answers.append(flat)
-    answers.append([[i % world for i in range(len(numels))] for numels in groups])
-    return answers
-
-
-def _blocks(groups, world: int) -> list:
-    """Consecutive blocks by count: ceil(n / W) per rank, or n // W with the first n % W
-    ranks one more (``torch.tensor_split``'s way); per group or over all parameters."""
-
-    def split(n: int) -> list[list[int]]:
-        ceil = -(-n // world)
-        by_ceil = [min(i // ceil, world - 1) for i in range(n)] if n else []
-        even = [int(r) for r, chunk in enumerate(torch.arange(n).tensor_split(world))
-                for _ in range(len(chunk))]  # fmt: skip
-        return [by_ceil, even]
-
-    answers = [list(per) for per in zip(*(split(len(numels)) for numels in groups))]
-    total = sum(len(numels) for numels in groups)
-    for flat in split(total):
-        out, k = [], 0
-        for numels in groups:
-            out.append(flat[k : k + len(numels)])
-            k += len(numels)
-        answers.append(out)
-    return answers
 
 
 def _learn(fn, case, rank, world, group) -> Answer:
@@ -131,7 +68,12 @@ def _expect(case, rank, world, group) -> Expected:
     slips = {
         "round robin": _round_robin(groups, world),
         "blocks": _blocks(groups, world),
-        "unsorted": [_greedy(groups, world, sort=False)],
+        "unsorted": [_greedy(groups, world, sort="none")],
+        "ascending": [_greedy(groups, world, sort="ascending")],
+        "reversed ties": [_greedy(groups, world, sort="reversed")],
+        "index by value": [_greedy(groups, world, index_by_value=True)],
+        "by count": [_greedy(groups, world, by_count=True)],
+        "across groups": [_sorted_across_groups(groups, world)],
         "ties high": [_greedy(groups, world, ties_high=True)],
         "per group": [_greedy(groups, world, per_group=True)],
     }
@@ -139,10 +81,17 @@ def _expect(case, rank, world, group) -> Expected:
 
 
 def _is(slip: str):
-    """A detector: on every rank the answer is one of the ``slip``'s answers (and wrong)."""
-    return lambda case, results: everywhere(
-        results, lambda rank, r: r.got != r.expected and r.got in r.extra["slips"][slip]
-    )
+    """A detector: on every rank the answer is one of the ``slip``'s answers (and wrong),
+    and no other slip gives that answer here (a case that cannot tell them apart names
+    none: another case will)."""
+
+    def test(rank: int, r) -> bool:
+        slips = r.extra["slips"]
+        if r.got == r.expected or r.got not in slips[slip]:
+            return False
+        return not any(r.got in answers for name, answers in slips.items() if name != slip)
+
+    return lambda case, results: everywhere(results, test)
 
 
 def partition_cases():
@@ -180,6 +129,8 @@ CASES = (
     {"world": 1, "groups": [[4, 2], [3]]},
     # more ranks than parameters: some ranks own nothing
     {"world": 4, "groups": [[2, 9, 6]]},
+    # one big parameter against three small: balancing counts is not balancing elements
+    {"world": 2, "groups": [[1, 8, 1, 1]]},
 )
 
 ZERO1_PARTITION = Exercise(
@@ -215,6 +166,39 @@ ZERO1_PARTITION = Exercise(
             "greedy is right, but in the given order: sort each group's parameters by numel, "
             "LARGEST first (a stable sort: equal sizes keep their order), then assign.",
             _is("unsorted"),
+        ),
+        Mistake(
+            "sorted smallest first",
+            "you sorted the parameters by size ASCENDING: torch gives the LARGEST first "
+            "(sorted(..., reverse=True)), so the big ones spread over the ranks before the "
+            "small ones fill the gaps.",
+            _is("ascending"),
+        ),
+        Mistake(
+            "equal sizes in reverse order",
+            "you sorted ascending and reversed the list: parameters of equal size then come "
+            "last-first. torch's sort is stable — sorted(range(n), key=..., reverse=True) "
+            "keeps equal sizes in their order.",
+            _is("reversed ties"),
+        ),
+        Mistake(
+            "found a parameter by its size",
+            "numels.index(size) finds the FIRST parameter of that size, every time: with "
+            "equal sizes one parameter is assigned twice and another never. Sort the "
+            "POSITIONS (sorted(range(len(numels)), key=lambda i: numels[i], reverse=True)).",
+            _is("index by value"),
+        ),
+        Mistake(
+            "balanced parameter counts",
+            "you gave each parameter to the rank owning the fewest PARAMETERS: torch balances "
+            "ELEMENTS — the rank whose owned numels add up to the least.",
+            _is("by count"),
+        ),
+        Mistake(
+            "sorted across the groups",
+            "you sorted every group's parameters together: torch goes group by group (the "
+            "running totals carry over), sorting each group's parameters on their own.",
+            _is("across groups"),
         ),
         Mistake(
             "ties to the highest rank",

@@ -32,8 +32,9 @@ from minidp.exercise.ddp_grads import (
     _loss,
     _model,
 )
+from minidp.exercise.partition_rule import _greedy, _torch_owners
 from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Traffic, everywhere, same
-from minidp.exercise.zero1_partition import ZERO_ANSWERS, _greedy, _torch_owners, warm_zero
+from minidp.exercise.zero1_partition import ZERO_ANSWERS, warm_zero
 
 LR, MOMENTUM, STEPS = 0.1, 0.9, 2
 
