@@ -11,6 +11,7 @@ the deterministic race of the checkpoint exercise.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from minidp.dp import gather, scatter
 from minidp.exercise import check, find
 from minidp.exercise import report as printer
 from minidp.exercise.dp_split import torch_scatter_gather_on_cpu
+from minidp.exercise.dp_step import gpu_plan
 from minidp.exercise.forked import run_ranks
 
 WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
@@ -109,3 +111,48 @@ def _stuck_rank(rank: int, world: int) -> None:
     import time
 
     time.sleep(30)
+
+
+# ----------------------------------------------------------------------------- devices
+
+
+def test_every_device_choice_of_the_data_parallel_check_is_explicit():
+    """The judge decides, from the machine, what every case adds: torch's real GPU
+    DataParallel on all K GPUs beside the CPU reference, or nothing without CUDA."""
+    assert gpu_plan(cuda_available=False, cuda_count=0) == {}
+    assert gpu_plan(cuda_available=False, cuda_count=2) == {}  # a CUDA build, no driver
+    assert gpu_plan(cuda_available=True, cuda_count=1) == {"cuda": 1}  # a learner's laptop
+    assert gpu_plan(cuda_available=True, cuda_count=4) == {"cuda": 4}
+    assert find("data_parallel_step").plan is not None
+
+
+def test_a_case_with_a_gpu_compares_the_learners_answer_twice():
+    """On a GPU machine (``cuda=K`` in the case) the sandbox hands the same answer a second
+    time, for the comparison with torch's GPU DataParallel; the learner's own devices stay
+    the simulated CPU ones either way."""
+    ex = find("data_parallel_step")
+    spec = importlib.util.spec_from_file_location("dp_solution", ex.solution)
+    solution = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(solution)
+    case = dict(ex.cases[0])
+    plain = ex.learn(solution.data_parallel_step, case, 0, 1, None).got
+    twice = ex.learn(solution.data_parallel_step, {**case, "cuda": 1}, 0, 1, None).got
+    n = len(plain) - 3  # output, loss, rows, then one gradient per parameter
+    assert len(twice) == len(plain) + 2 + n
+    assert all(torch.equal(a, b) for a, b in zip(twice[len(plain) :], [*plain[:2], *plain[3:]]))
+    assert all(t.device.type == "cpu" for t in twice if isinstance(t, torch.Tensor))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA: compares with torch's GPU DataParallel"
+)
+def test_the_data_parallel_check_also_compares_with_torchs_gpu_data_parallel():
+    ex = find("data_parallel_step")
+    rep = check(ex, ex.solution, generated=0)
+    assert rep.passed, printer.summary(rep)
+    assert {o.case.get("cuda") for o in rep.outcomes} == {torch.cuda.device_count()}
+    labels = rep.outcomes[0].results[0].extra["labels"]
+    assert any("torch's DataParallel on" in label for label in labels)
+    wrong = check(ex, WRONG_DIR / "data_parallel_step__averaged_grads.py", generated=0)
+    assert wrong.failure.mistake.name == "gradients averaged over replicas", printer.summary(wrong)
