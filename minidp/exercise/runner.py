@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -81,12 +82,24 @@ def generated_cases(exercise: Exercise, n: int) -> list[Case]:
     return drawn[:n]
 
 
+def _warm(exercise: Exercise) -> None:
+    if exercise.prepare is not None and not exercise.reference_processes:  # (else: forked)
+        try:
+            exercise.prepare(0, 1)
+        except Exception:  # a warm-up only: torch's side will raise what is real
+            pass
+
+
 class Judge:
     """Runs rounds of cases for one exercise and one file, and judges every answer."""
 
     def __init__(self, exercise: Exercise, path: Path, deadline: float) -> None:
         self.exercise, self.path, self.deadline = exercise, path, deadline
         self.zygote = zygote.shared()
+        # the judge's own first uses (torch._dynamo for an optimizer: a second or more)
+        # warm up while the zygote and the sandbox work; joined before torch's side runs
+        self._warm = threading.Thread(target=_warm, args=(exercise,), daemon=True)
+        self._warm.start()
         self.zygote.prepare(exercise.name)
         self.tamper: list[str] = []
         self.runs: list[SandboxRun] = []
@@ -98,6 +111,7 @@ class Judge:
         if run.load_error:
             self.tamper += [f for f in run.tamper if f not in self.tamper]
             return []
+        self._warm.join()
         ok = [i for i in sorted(run.frames) if run.frames[i].get("status") == "ok"]
         expected = dict(zip(ok, expect_all(self.exercise, [cases[i] for i in ok], self.zygote)))
         outcomes, seen = [], set(self.tamper)
@@ -252,6 +266,7 @@ def check(
     if not path.is_file():
         report.load_error = f"no file {path}. Hint: copy the stub from {exercise.stub}"
         return report
+    zygote.shared()  # it starts importing torch now, while the cases are drawn
     machine = exercise.plan() if exercise.plan else {}  # e.g. {"cuda": 1}: decided here
     cases = [{**c, **machine} for c in [*exercise.cases, *generated_cases(exercise, generated)]]
     report.cases = len(cases)

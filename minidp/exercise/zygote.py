@@ -90,13 +90,16 @@ class Zygote:
         self.sock = ours
         self._lock = threading.Lock()
         self._prepared: set[str] = set()
-        self.call({"op": "ping"}, STARTUP_S)
+        self._ready = False  # it imports torch while the judge goes on; asked at first use
 
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def call(self, msg: dict, timeout: float, fds: tuple[int, ...] = ()) -> dict:
+        if not self._ready and msg["op"] != "ping":
+            self.call({"op": "ping"}, STARTUP_S)
+            self._ready = True
         with self._lock:
             self.sock.settimeout(timeout)
             try:
