@@ -43,6 +43,7 @@ CHEATS = [
     ("ring_all_reduce", "int8_sums", 1, "hint (fractions lost on the way)"),
     # 7. a process left running (it once held the checker's pipe for minutes)
     ("ring_all_reduce", "sleeps_after", 2, "left processes running after the check"),
+    ("ring_pass", "sleeps_plain", 2, "left processes running after the check"),
     # 8. a blocking hook that returns a completed Future
     ("fp16_compress_hook", "blocking", 1, "hint (blocking all-reduce in the hook)"),
 ]  # fmt: skip
@@ -73,11 +74,15 @@ def test_a_cheat_fails_and_the_report_says_what_was_seen(name, what, code, says,
     assert "PASS" not in out.splitlines()[-1]
 
 
-def test_nothing_the_learner_started_outlives_the_check():
+@pytest.mark.parametrize(
+    "name,what,marker",
+    [("ring_all_reduce", "sleeps_after", "300.0417"), ("ring_pass", "sleeps_plain", "300.0555")],
+)
+def test_nothing_the_learner_started_outlives_the_check(name, what, marker):
     """Cheat 7 once kept ``check`` from exiting for minutes: its ``sleep`` held a pipe."""
-    marker, path = "300.0417", CHEATS_DIR / "ring_all_reduce__sleeps_after.py"
+    path = CHEATS_DIR / f"{name}__{what}.py"
     assert f'MARKER = "{marker}"' in path.read_text()
-    main(["check", "ring_all_reduce", "--path", str(path), "--generated", "0"])
+    main(["check", name, "--path", str(path), "--generated", "0"])
     assert _sleeps(marker) == []
 
 

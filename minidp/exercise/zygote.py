@@ -171,6 +171,8 @@ def _tree(root: int) -> list[int]:
     zombie leader) while its other threads are still ending keeps its children until the
     last thread is gone — they are below it, and must be found."""
     children: dict[int, list[tuple[int, bool]]] = {}
+    if not os.path.isdir("/proc"):  # not Linux: the sessions are killed instead (_kill_all)
+        return []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -209,7 +211,12 @@ def _reap(statuses: dict[int, int]) -> None:
 
 
 def _kill_all(expected: set[int], statuses: dict[int, int]) -> list[str]:
-    left: dict[int, str] = {}
+    left = {pid: _describe(pid) for pid in _tree(os.getpid()) if pid not in expected}
+    for pid in expected:  # each forked child leads its own session: all of it, at once
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     for _ in range(200):  # a process forking as fast as it is killed gets 200 rounds
         pids = _tree(os.getpid())
         if not pids:
