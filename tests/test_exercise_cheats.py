@@ -44,6 +44,7 @@ CHEATS = [
     # 7. a process left running (it once held the checker's pipe for minutes)
     ("ring_all_reduce", "sleeps_after", 2, "left processes running after the check"),
     ("ring_pass", "sleeps_plain", 2, "left processes running after the check"),
+    ("ring_all_reduce", "kills_checker", 2, "was killed during the check"),
     # 8. a blocking hook that returns a completed Future
     ("fp16_compress_hook", "blocking", 1, "hint (blocking all-reduce in the hook)"),
 ]  # fmt: skip

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import tempfile
 import time
 from dataclasses import dataclass, field
 
 from minidp.exercise import wire
-from minidp.exercise.zygote import Zygote
+from minidp.exercise.zygote import Zygote, ZygoteError
 
 PASS, FAIL, ERROR = 0, 1, 2  # the command's exit codes
 WATCHDOG_S = 15.0  # past the case deadline: the sandbox itself has stopped answering
@@ -138,6 +139,25 @@ def _read(run: SandboxRun, fd: int, n_cases: int, deadline: float) -> str:
         return "malformed"
 
 
+def _end(zyg: Zygote, pid: int, ended: str) -> tuple[int | None, list[str]]:
+    """The sandbox's exit status, then every process below the zygote killed (those the
+    learner left running named)."""
+    status = zyg.status(pid)
+    for _ in range(50):  # its pipe closed as it ended: the exit status follows at once
+        if status is not None or ended != "eof":
+            break
+        time.sleep(0.02)
+        status = zyg.status(pid)
+    return status, zyg.kill(expected=(pid,))  # the sandbox and all below it
+
+
+def _kill_session(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the sandbox leads its own session
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def run_sandbox(zyg: Zygote, name: str, path: str, cases: list, deadline: float) -> SandboxRun:
     """Run ``cases`` of exercise ``name`` on the file ``path`` in a fresh sandbox."""
     run = SandboxRun()
@@ -149,13 +169,13 @@ def run_sandbox(zyg: Zygote, name: str, path: str, cases: list, deadline: float)
         os.close(write_fd)
         write_fd = -1
         ended = run.ended = _read(run, read_fd, len(cases), deadline)
-        status = zyg.status(pid)
-        for _ in range(50):  # its pipe closed as it ended: the exit status follows at once
-            if status is not None or ended != "eof":
-                break
-            time.sleep(0.02)
-            status = zyg.status(pid)
-        left = zyg.kill(expected=(pid,))  # the sandbox and all below it, whatever they do
+        try:
+            status, left = _end(zyg, pid, ended)
+        except ZygoteError:  # the zygote is gone: only code under check could have done it
+            status, left = None, []
+            _kill_session(pid)
+            run.add_tamper("the process the check forks from was killed during the check: "
+                           "code under check signalled the checker's own processes")  # fmt: skip
         if left and not ended:
             run.add_tamper(
                 "left processes running after the check: "
