@@ -34,7 +34,7 @@ CASES = (  # world 2 first: the mistakes show from 2 ranks on, and one world sta
 
 
 def ddp_cases(**more):
-    """Hypothesis strategy: world 1..3 (the rank processes already up), batch rows 1..8,
+    """Hypothesis strategy: world 1..3, batch rows 1..8,
     any seed, plus the exercise's own keys (``more``: name -> strategy)."""
     from hypothesis import strategies as st
 

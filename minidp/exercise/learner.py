@@ -1,7 +1,7 @@
 """Importing the learner's file: its function, or an error that says what to fix.
 
-Used by the checker in this process (``runner.py``) and by rank processes
-(``process_world.py``), which import the same file on their own.
+Used by the sandbox (``sandbox.py``), once, before the first case: rank processes it forks
+later inherit the function.
 
 The import is the learner's code too, so it gets what a case gets: a deadline (a loop at
 module level is reported with the line it spins at, not waited for) and no way out

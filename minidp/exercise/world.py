@@ -8,7 +8,8 @@ the loop counters there), aborts the groups and reports that, so a deadlock or a
 send ends in seconds with "rank 1 is waiting at line 23: recv(...) (step=0)".
 
 A world in which anything failed is thrown away (unmatched messages may still be in
-flight); the runner starts a fresh one for the next case.
+flight); the sandbox starts a fresh one for the next case. The judge computes torch's
+answers on these worlds too, where torch's component takes a thread rank's group.
 
 Test: ``pytest tests/test_exercises.py -k deadlock``
 """
@@ -92,10 +93,6 @@ class ThreadWorld:
                 except BaseException as exc:  # the learner's code may raise anything
                     _abort(self.groups[rank])  # peers waiting on me fail now, not at timeout
                     self._outbox.put((rank, False, exc))
-
-    def prepare(self, fn: Callable[[int, int], None]) -> None:
-        """``fn(rank, size)`` once, here: thread ranks share this process's imports."""
-        fn(0, self.size)
 
     def run(self, job: Callable[[int, int, Any], Any], deadline: float, focus: str = "") -> Run:
         """Run ``job`` on every rank; give up ``deadline`` seconds after the start.

@@ -95,7 +95,7 @@ def _is(slip: str):
 
 
 def partition_cases():
-    """Hypothesis strategy: world 1..4 (the rank processes up), 1-3 groups of 1-6
+    """Hypothesis strategy: world 1..4, 1-3 groups of 1-6
     parameters of 1..12 elements (so equal sizes, and ties between ranks, are common)."""
     from hypothesis import strategies as st
 
