@@ -20,7 +20,8 @@ Hints:
 * If every rank first does a *blocking* send, nobody reaches its recv: a deadlock. Start
   the send with ``isend``, do the ``recv``, then ``wait()`` the send.
 * Forgetting the all-gather leaves each rank with one finished chunk only.
-* Read the answer when stuck: ``minidp/comm/textbook.py`` (lesson 8 prints it).
+* Read the answer when stuck: ``minidp/comm/textbook.py`` (lesson 8 prints it). Calling it,
+  or any of minidp's collectives, is refused in a check: the ring is the exercise.
 
 Check: ``python -m minidp exercise check ring_all_reduce``
 """
