@@ -26,9 +26,17 @@ import torch
 from torch import nn
 
 from minidp.comm import barrier
+from minidp.exercise.inputs import world_and_seed
 from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Result, everywhere, same
 
 SLOW_SAVE_S = 0.5
+
+
+def _st():
+    from hypothesis import strategies
+
+    return strategies
+
 
 # ----------------------------------------------------------------------------- sampler
 
@@ -225,6 +233,8 @@ CHECKPOINT = Exercise(
         {"world": 2, "steps": 2, "seed": 1},
         {"world": 3, "steps": 3, "seed": 2},
     ),
+    strategy=lambda: world_and_seed(1, 3, steps=_st().integers(1, 3)),
+    generated=1,  # each case waits SLOW_SAVE_S on purpose
     shrink=lambda case: ({**case, "world": w} for w in range(2, case["world"])),
     prepare=warm_optimizers,
     mistakes=(

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from minidp.exercise.ddp_grads import DIVIDED_TWICE_HINT, warm_ddp
+from minidp.exercise.inputs import world_and_seed
 from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Result, Traffic, everywhere
 
 TOL = (1e-12, 1e-15)  # float64; only the summation order may differ (see above)
@@ -143,6 +144,8 @@ FSDP_UNIT = Exercise(
     answers=("minidp.fsdp.textbook.TextbookFSDP",),
     traffic=Traffic(bounds=_least, formula="the all-gather of every rank's rows"),
     cases=CASES,
+    strategy=lambda: world_and_seed(1, 4),
+    generated=4,
     tolerance=lambda case: TOL,
     shrink=lambda case: iter(()),  # the cases are already small; each try costs a world
     prepare=warm_ddp,

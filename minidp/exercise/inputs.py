@@ -80,6 +80,16 @@ def values(case: Case, rank: int, salt: int = 0) -> torch.Tensor:
     return integers(shape, dtype, g)
 
 
+def world_and_seed(low: int, high: int, **more):
+    """Hypothesis strategy of ``{"world": low..high, "seed": 0..99, **more}`` (``more``:
+    key -> a fixed value or a strategy), for exercises whose inputs come from the seed."""
+    from hypothesis import strategies as st
+
+    keys = {"world": st.integers(low, high), "seed": st.integers(0, 99)}
+    keys.update({k: v if hasattr(v, "example") else st.just(v) for k, v in more.items()})
+    return st.fixed_dictionaries(keys)
+
+
 RANK_KEYS = ("src", "dst", "root")  # case keys holding a rank: kept below the world size
 
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from minidp.exercise import reference
-from minidp.exercise.inputs import dyadic
+from minidp.exercise.inputs import dyadic, world_and_seed
 from minidp.exercise.spec import (
     Answer,
     Exercise,
@@ -139,6 +139,7 @@ REDUCE_SCATTER_GRAD = Exercise(
     answers=("minidp.zero.textbook.TextbookZero2", "minidp.zero.zero2_hooks"),
     traffic=Traffic(bounds=_least, formula="a reduce-scatter of every gradient"),
     cases=CASES,
+    strategy=lambda: world_and_seed(1, 5),
     tolerance=lambda case: (1e-12, 0.0),
     mistakes=(
         Mistake(

@@ -32,6 +32,7 @@ from minidp.exercise.ddp_grads import (
     _loss,
     _model,
 )
+from minidp.exercise.inputs import world_and_seed
 from minidp.exercise.partition_rule import _greedy, _torch_owners
 from minidp.exercise.spec import Answer, Exercise, Expected, Mistake, Traffic, everywhere, same
 from minidp.exercise.zero1_partition import ZERO_ANSWERS, warm_zero
@@ -120,6 +121,7 @@ ZERO1_STEP = Exercise(
     learn=_learn_zero1,
     expect=_expect_zero1,
     cases=CASES,
+    strategy=lambda: world_and_seed(1, 3),
     **{**ON_RANK_PROCESSES, "prepare": warm_zero},
     answers=(*DDP_ANSWERS, *ZERO_ANSWERS),
     traffic=Traffic(
