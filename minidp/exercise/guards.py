@@ -158,6 +158,7 @@ def _is_learner(path, learner: str) -> bool:
 def install(learner: str, solutions: str, protected: tuple[str, ...]) -> None:
     """The audit hook, for a learner's file at ``learner`` (see the module docstring)."""
     learner, solutions = os.path.realpath(learner), os.path.realpath(solutions)
+    repo = os.path.dirname(os.path.dirname(solutions))  # findings name paths from here
     protected = tuple(os.path.realpath(p) for p in protected)
 
     def refuse(finding: str) -> None:
@@ -170,8 +171,9 @@ def install(learner: str, solutions: str, protected: tuple[str, ...]) -> None:
         if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
             path, mode = args[0], str(args[1]) if len(args) > 1 else "r"
             if _inside_dir(path, solutions) and not _is_learner(path, learner):
-                refuse(f"read {os.fsdecode(path)}: the reference solutions are not "
-                       "available to code under check")  # fmt: skip
+                shown = os.path.relpath(os.fsdecode(path), repo)
+                refuse(f"read {shown}: the reference solutions are not available to code "
+                       "under check")  # fmt: skip
             flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
             writes = any(c in mode for c in "wax+") or flags & _WRITE_FLAGS
             if writes and _protected(path, protected):
