@@ -27,7 +27,7 @@ import torch.distributed as dist
 import minidp
 from minidp.comm import all_gather, all_reduce, broadcast, textbook
 from minidp.comm import group as groups
-from minidp.exercise import reference
+from minidp.tools.exercise import reference
 
 WORLD = 3
 N_TEST = kit.pick(1000, 400)

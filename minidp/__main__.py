@@ -20,7 +20,7 @@ import sys
 # where each command lives (the library itself never imports these: tests/test_imports.py)
 _PACKAGES = {
     "diagrams": "tools.diagrams",
-    "exercise": "exercise",
+    "exercise": "tools.exercise",
     "classroom": "tools.classroom",
 }
 DEMOS = {

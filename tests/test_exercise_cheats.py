@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from minidp.exercise import EXERCISES, find, main
+from minidp.tools.exercise import EXERCISES, find, main
 
 CHEATS_DIR = Path(__file__).resolve().parent / "exercise_cheats"
 WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
@@ -30,8 +30,8 @@ CHEATS = [
     # 3. changing what equality means: a tensor subclass whose torch.equal says True
     ("ring_all_reduce", "equal_lies", 2, "a torch.Tensor subclass not from torch"),
     # 4. swapping code, not names (and, the older way, names)
-    ("ring_all_reduce", "swap_code", 2, "minidp.exercise.spec.compare.__code__"),
-    ("ring_all_reduce", "patch_reference", 2, "minidp.exercise.reference.all_reduce"),
+    ("ring_all_reduce", "swap_code", 2, "minidp.tools.exercise.spec.compare.__code__"),
+    ("ring_all_reduce", "patch_reference", 2, "minidp.tools.exercise.reference.all_reduce"),
     # 5. calling the library's answer, or the answer key
     ("reduce_scatter", "calls_library", 1,
      "minidp.comm.collectives.reduce_scatter is this exercise's answer"),

@@ -20,15 +20,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minidp.exercise import EXERCISES, check, find, main, wire
-from minidp.exercise import report as printer
-from minidp.exercise.forked import RemoteError
-from minidp.exercise.guards import _targets
-from minidp.exercise.inputs import EXPONENTS, INT_LIMITS, values
-from minidp.exercise.learner_group import LearnerGroup, PostOffice
-from minidp.exercise.outcome import exit_code
-from minidp.exercise.sandbox import raised
-from minidp.exercise.seal import Seal
+from minidp.tools.exercise import EXERCISES, check, find, main, wire
+from minidp.tools.exercise import report as printer
+from minidp.tools.exercise.forked import RemoteError
+from minidp.tools.exercise.guards import _targets
+from minidp.tools.exercise.inputs import EXPONENTS, INT_LIMITS, values
+from minidp.tools.exercise.learner_group import LearnerGroup, PostOffice
+from minidp.tools.exercise.outcome import exit_code
+from minidp.tools.exercise.sandbox import raised
+from minidp.tools.exercise.seal import Seal
 
 WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
 RING = find("ring_all_reduce")
@@ -38,8 +38,8 @@ RING = find("ring_all_reduce")
 
 
 def test_the_seal_sees_a_replaced_method_and_swapped_code_and_ignores_new_names():
-    import minidp.exercise.reference as reference
-    from minidp.exercise import spec
+    import minidp.tools.exercise.reference as reference
+    from minidp.tools.exercise import spec
 
     seal = Seal()
     assert seal.broken() == []
@@ -50,8 +50,8 @@ def test_the_seal_sees_a_replaced_method_and_swapped_code_and_ignores_new_names(
         changed = saved(seal)
     finally:
         Seal.broken, spec.same.__code__ = saved, code
-    assert "minidp.exercise.seal.Seal.broken" in changed
-    assert "minidp.exercise.spec.same.__code__" in changed
+    assert "minidp.tools.exercise.seal.Seal.broken" in changed
+    assert "minidp.tools.exercise.spec.same.__code__" in changed
     reference.some_new_name = print  # a name added later is no patch
     try:
         assert seal.broken() == []
@@ -221,7 +221,9 @@ def test_the_generic_hint_says_where_the_inputs_come_from(tmp_path):
     )
     text = printer.summary(check(find("all_gather"), odd, generated=0))
     assert "no classic mistake recognised" in text
-    assert "built from the case above by minidp.exercise.comm_metrics._learn_all_gather" in text
+    assert (
+        "built from the case above by minidp.tools.exercise.comm_metrics._learn_all_gather" in text
+    )
 
 
 def test_os_exit_in_the_function_is_no_verdict(tmp_path):

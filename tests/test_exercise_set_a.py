@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from minidp.exercise import check, find
-from minidp.exercise import report as printer
-from minidp.exercise.clip_grad_norm_shards import full_grads
-from minidp.exercise.clip_slips import shard
-from minidp.exercise.hsdp_reduce import HSDP_REDUCE, mesh, row_and_column
+from minidp.tools.exercise import check, find
+from minidp.tools.exercise import report as printer
+from minidp.tools.exercise.clip_grad_norm_shards import full_grads
+from minidp.tools.exercise.clip_slips import shard
+from minidp.tools.exercise.hsdp_reduce import HSDP_REDUCE, mesh, row_and_column
 
 NAMES = ("sync_batchnorm_stats", "clip_grad_norm_shards", "hsdp_reduce")
 WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"

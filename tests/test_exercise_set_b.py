@@ -17,14 +17,14 @@ import pytest
 import torch
 
 from minidp.comm.group import resolve
-from minidp.exercise import check, find
-from minidp.exercise import report as printer
-from minidp.exercise.bucket_assignment import CASES as BUCKET_CASES
-from minidp.exercise.bucket_assignment import DTYPES
-from minidp.exercise.bucket_rule import _walk, torch_buckets
-from minidp.exercise.partition_rule import _greedy, _torch_owners
-from minidp.exercise.zero1_partition import CASES as PARTITION_CASES
 from minidp.launch import run_threads
+from minidp.tools.exercise import check, find
+from minidp.tools.exercise import report as printer
+from minidp.tools.exercise.bucket_assignment import CASES as BUCKET_CASES
+from minidp.tools.exercise.bucket_assignment import DTYPES
+from minidp.tools.exercise.bucket_rule import _walk, torch_buckets
+from minidp.tools.exercise.partition_rule import _greedy, _torch_owners
+from minidp.tools.exercise.zero1_partition import CASES as PARTITION_CASES
 from minidp.zero.partition import partition_parameters
 
 WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"

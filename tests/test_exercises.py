@@ -17,9 +17,9 @@ from test_exercise_set_b import WRONG_RAISES as SET_B_RAISES
 from test_exercises_dp_ddp import WRONG as DP_DDP_WRONG
 from test_fsdp_exercise import WRONG as FSDP_WRONG
 
-from minidp.exercise import EXERCISES, check, find, main
-from minidp.exercise import report as printer
-from minidp.exercise.runner import GENERATED
+from minidp.tools.exercise import EXERCISES, check, find, main
+from minidp.tools.exercise import report as printer
+from minidp.tools.exercise.runner import GENERATED
 
 WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
 
@@ -225,7 +225,7 @@ def test_a_dying_sandbox_is_explained_and_earlier_failures_kept(capfd):
     ],
 )
 def test_gloo_size_abort_is_explained_in_every_torchs_wording(stderr):
-    from minidp.exercise.isolate import explain
+    from minidp.tools.exercise.isolate import explain
 
     why = explain(-6, stderr)
     assert "a message of 24 bytes into a receive buffer of 16 bytes" in why

@@ -19,11 +19,11 @@ import torch
 import torch.nn.parallel.scatter_gather as torch_sg
 
 from minidp.dp import gather, scatter
-from minidp.exercise import check, find
-from minidp.exercise import report as printer
-from minidp.exercise.dp_split import torch_scatter_gather_on_cpu
-from minidp.exercise.dp_step import gpu_plan
-from minidp.exercise.forked import run_ranks
+from minidp.tools.exercise import check, find
+from minidp.tools.exercise import report as printer
+from minidp.tools.exercise.dp_split import torch_scatter_gather_on_cpu
+from minidp.tools.exercise.dp_step import gpu_plan
+from minidp.tools.exercise.forked import run_ranks
 
 WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
 

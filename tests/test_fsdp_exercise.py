@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from minidp.exercise import check, find
-from minidp.exercise import report as printer
+from minidp.tools.exercise import check, find
+from minidp.tools.exercise import report as printer
 
 WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
 

@@ -6,7 +6,7 @@
   ``nn``, ``trace``, ``zero``, ``fsdp``, ``identity``;
 * the **book** — ``textbook/``: each idea as one short page, built on the engine's
   point-to-point layer;
-* the **tools** — ``tools/`` (bench, demo, diagrams, classroom, planner), ``exercise`` and
+* the **tools** — ``tools/`` (bench, demo, diagrams, classroom, exercise, planner) and
   ``__main__``: the ``python -m minidp ...`` commands.
 
 The engine imports neither the book nor the tools, the book does not import the tools, so
@@ -26,7 +26,7 @@ import pathlib
 import minidp
 
 # minidp.<these> and below: the shelf each belongs to, lowest first
-SHELVES = {"textbook": 1, "tools": 2, "exercise": 2, "__main__": 2}  # anything else: 0, engine
+SHELVES = {"textbook": 1, "tools": 2, "__main__": 2}  # anything else: 0, engine
 NAMES = ("engine", "book", "tools")
 
 
@@ -116,7 +116,7 @@ def test_ls_minidp_shows_book_engine_and_tools():
     by_shelf = {name: sorted(e for e in entries if shelf(f"minidp.{e}") == i) for i, name in
                 enumerate(NAMES)}  # fmt: skip
     assert by_shelf["book"] == ["textbook"]
-    assert {"tools", "exercise", "__main__"} <= set(by_shelf["tools"])
+    assert by_shelf["tools"] == ["__main__", "tools"]
     assert {"comm", "ddp", "fsdp", "zero"} <= set(by_shelf["engine"])
 
 

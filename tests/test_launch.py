@@ -14,9 +14,9 @@ import torch
 import torch.distributed as dist
 
 import minidp
-from minidp.exercise.world import ThreadWorld
 from minidp.launch import WorkerError, child_processes, run_threads, spawn
 from minidp.launch.threads import FIRST_COLLECTIVE_RACES
+from minidp.tools.exercise.world import ThreadWorld
 
 
 def _sum_ranks(rank, world):

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from minidp.comm import group as groups
 from minidp.comm import naive, textbook
-from minidp.exercise import reference
 from minidp.launch import run_threads
+from minidp.tools.exercise import reference
 
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32]

@@ -5,7 +5,7 @@
 * ``diagrams/`` — the pictures in ``diagrams/``, from real traced runs;
 * ``classroom/`` — real runs recorded and stepped through in a browser page;
 * ``planner/`` — memory per GPU for DDP / ZeRO / FSDP, measured and planned;
-* ``exercise`` (``minidp/exercise``) — the checker of the learners' exercises.
+* ``exercise`` (``minidp/tools/exercise``) — the checker of the learners' exercises.
 
 The library (the book in ``minidp/textbook`` and the engine: every other package) never
 imports anything here; ``tests/test_imports.py`` reads the import graph and fails if it did.

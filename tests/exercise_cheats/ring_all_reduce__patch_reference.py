@@ -3,7 +3,7 @@ whatever this file returns (here: the tensor untouched)."""
 
 import torch
 
-import minidp.exercise.reference as reference
+import minidp.tools.exercise.reference as reference
 
 reference.all_reduce = lambda tensor, group, op="sum": tensor
 

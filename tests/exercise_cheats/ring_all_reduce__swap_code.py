@@ -1,7 +1,7 @@
 """Cheat 4, swapping code, not names: the checker's comparison keeps its name but runs
 other code (``compare.__code__`` says "no difference" whatever it is given)."""
 
-from minidp.exercise import spec
+from minidp.tools.exercise import spec
 
 
 def _no_difference(got, expected, tol, labels=None):
