@@ -29,7 +29,8 @@ import kit
 import torch
 import torch.nn.parallel.scatter_gather as torch_sg
 
-from minidp.dp import gather, scatter, scatter_kwargs, textbook
+from minidp.dp import gather, scatter, scatter_kwargs
+from minidp.textbook import dp as textbook
 
 kit.title("Lesson 2: scatter and gather")
 DEVICES = ["cpu"] * 4
@@ -101,7 +102,7 @@ print(f"gathered 4 scalars -> {tuple(losses.shape)}; warning: {caught[0].message
 
 # %% [markdown]
 # ## 5. The textbook lines, and what minidp.dp adds
-# In the one-function DataParallel step (`minidp.dp.textbook`, lesson 3) scatter and gather
+# In the one-function DataParallel step (`minidp.textbook.dp`, lesson 3) scatter and gather
 # are one line each. Printed from minidp's own source (`inspect.getsource`):
 
 # %%
@@ -179,7 +180,7 @@ kit.check(
     list(d_out.split([len(c) for c in chunks])),
 )
 kit.check_true(
-    "the lines shown in section 5 are minidp.dp.textbook's own source, not a copy",
+    "the lines shown in section 5 are minidp.textbook.dp's own source, not a copy",
     all(block in inspect.getsource(textbook) for block in shown) and "inputs.chunk(" in shown[0],
 )
 kit.done()

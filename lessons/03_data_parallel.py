@@ -30,8 +30,9 @@ from torch import nn
 from torch.func import functional_call
 
 import minidp
-from minidp.dp import gather, parallel_apply, replicate, scatter, textbook
+from minidp.dp import gather, parallel_apply, replicate, scatter
 from minidp.dp.devices import official_data_parallel
+from minidp.textbook import dp as textbook
 
 kit.title("Lesson 3: replicate + parallel_apply -> DataParallel")
 torch.set_num_threads(1)  # the replica threads already share the cores
@@ -195,8 +196,8 @@ kit.check(
 )
 kit.check("torch.nn.DataParallel (CPU: plain module) vs one device", official, single)
 kit.check_true(
-    "the step shown in section 5 is minidp.dp.textbook's own function, not a copy",
-    textbook.data_parallel_step.__module__ == "minidp.dp.textbook"
+    "the step shown in section 5 is minidp.textbook.dp's own function, not a copy",
+    textbook.data_parallel_step.__module__ == "minidp.textbook.dp"
     and shown in inspect.getsource(textbook),
 )
 kit.check(

@@ -27,7 +27,8 @@ import torch
 import torch.distributed as dist
 
 import minidp
-from minidp.comm import p2p, textbook
+from minidp.comm import p2p
+from minidp.textbook import collectives as textbook
 
 WORLD = kit.pick(4, 2)
 SIZES = kit.pick([2**k for k in range(2, 25, 2)], [4, 4096, 2**20])  # bytes
@@ -51,15 +52,16 @@ def p2p_lesson(rank: int, world: int) -> dict:
         kit.say(rank, f"received {ours.tolist()} (minidp p2p) and {theirs.tolist()} (dist.recv)")
         out["one"] = (ours, theirs, msg)
 
-    # 2. broken: everybody sends to the right first, then receives from the left
-    right, left = (rank + 1) % world, (rank - 1) % world
+    # 2. broken: everybody sends to the left first, then receives from the right (the
+    # direction of every ring in minidp, gloo's)
+    left, right = (rank - 1) % world, (rank + 1) % world
     short = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=DEADLOCK_TIMEOUT_S))
     mine = torch.full((3,), float(rank))
     got = torch.empty(3)
     t0 = time.perf_counter()
     try:
-        p2p.send(mine, right, short)  # blocks until `right` posts a recv ... which it never does
-        p2p.recv(got, left, short)
+        p2p.send(mine, left, short)  # blocks until `left` posts a recv ... which it never does
+        p2p.recv(got, right, short)
         out["deadlock"] = "no error"
     except (minidp.comm.CollectiveTimeout, minidp.comm.PeerError) as exc:
         # the first rank to time out closes its links: its peer may see that (PeerError)
@@ -69,10 +71,10 @@ def p2p_lesson(rank: int, world: int) -> dict:
 
     # 3. fixed: post both, then wait (what every minidp collective does)
     with minidp.comm.count_traffic() as traffic:
-        pending = [p2p.irecv(got, left, g), p2p.isend(mine, right, g)]
+        pending = [p2p.irecv(got, right, g), p2p.isend(mine, left, g)]
         p2p.wait_all(pending)
-    kit.say(rank, f"isend/irecv exchange: got {got.tolist()} from rank {left}")
-    out["exchange"] = (got.clone(), float(left), traffic.sent_bytes, traffic.recv_bytes)
+    kit.say(rank, f"isend/irecv exchange: got {got.tolist()} from rank {right}")
+    out["exchange"] = (got.clone(), float(right), traffic.sent_bytes, traffic.recv_bytes)
 
     # 4. ping-pong between ranks 0 and 1: round-trip time per size
     times = {}
@@ -130,7 +132,7 @@ if __name__ == "__main__":
 # %% [markdown]
 # ## The ring pass in code
 # The non-blocking exchange above, as every ring collective in lesson 8 uses it: send to
-# the right, receive from the left, at the same time. Printed from `minidp/comm/textbook.py`
+# the left, receive from the right, at the same time. Printed from `minidp/textbook/collectives.py`
 # (the real function, not a copy). The faithful ring (`minidp/comm/ring.py`) does the same
 # step per *segment*, with receives posted a few segments ahead.
 
@@ -147,7 +149,7 @@ if __name__ == "__main__":
 # * minidp's `p2p.recv` and `torch.distributed.recv` deliver the same bits;
 # * the blocking exchange deadlocked (a timeout, not a hang, thanks to the group timeout;
 #   the first rank to time out closes its links, so a peer may report the lost link instead);
-# * the non-blocking exchange delivered the left neighbour's tensor, and the traffic
+# * the non-blocking exchange delivered the right neighbour's tensor, and the traffic
 #   counters saw exactly one 12-byte message out and one in per rank.
 
 # %%
@@ -163,15 +165,15 @@ if __name__ == "__main__":
         ", ".join(r["deadlock"] for r in res),
     )
     for r, rr in enumerate(res):
-        got, left, sent_b, recv_b = rr["exchange"]
-        kit.check(f"rank {r} got rank {int(left)}'s tensor", got, torch.full((3,), left))
+        got, right, sent_b, recv_b = rr["exchange"]
+        kit.check(f"rank {r} got rank {int(right)}'s tensor", got, torch.full((3,), right))
         kit.check_true(f"rank {r} traffic: 12 bytes out, 12 in", (sent_b, recv_b) == (12, 12))
     kit.done()
 
 # %% [markdown]
 # ## Your turn
-# Write the ring pass — every rank sends to its right neighbour and receives
-# from its left at the same time, without the deadlock above: edit `lessons/exercises/ring_pass.py`, then check it against
+# Write the ring pass — every rank sends to its left neighbour and receives
+# from its right at the same time, without the deadlock above: edit `lessons/exercises/ring_pass.py`, then check it against
 # torch.distributed: `python -m minidp exercise check ring_pass`
 
 # %%

@@ -31,7 +31,8 @@ import torch.distributed as dist
 
 import minidp
 from minidp.comm import group as groups
-from minidp.comm import ring, textbook
+from minidp.comm import ring
+from minidp.textbook import collectives as textbook
 from minidp.tools.demo import ring as ring_demo
 
 # %% [markdown]
@@ -59,7 +60,7 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # ## 1b. The ring in code, in one page
-# `minidp/comm/textbook.py` is the ring exactly as drawn above, in plain send/recv: one
+# `minidp/textbook/collectives.py` is the ring exactly as drawn above, in plain send/recv: one
 # chunk per rank, a reduce-scatter loop, then an all-gather loop. Printed here from the
 # real module (not a copy), then run on 4 thread ranks against gloo.
 
@@ -95,9 +96,9 @@ if __name__ == "__main__":
         f"The textbook ring is {lines_of(*TEXTBOOK_RING)} lines. The faithful one, "
         f"minidp.comm.ring_all_reduce, is {lines_of(*FAITHFUL_RING)} lines of ring_pass + "
         "ring_all_reduce, and adds:\n"
-        "  * gloo's chunk layout and order: chunk boundaries at multiples of gloo's segment,\n"
-        "    summed in gloo's association order, so the bits equal dist.all_reduce's (it\n"
-        "    runs the ring the other way round: sends left, receives from the right);\n"
+        "  * gloo's chunk layout: chunk boundaries at multiples of gloo's segment (the\n"
+        "    direction and association order are the same as here, gloo's), so the bits\n"
+        "    equal dist.all_reduce's;\n"
         "  * pipelined segments: a chunk travels as several messages, each forwarded the\n"
         "    moment it is summed, so sending one overlaps adding the next;\n"
         "  * windowing: receives posted a few segments ahead into reused buffers;\n"

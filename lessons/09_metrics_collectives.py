@@ -25,8 +25,9 @@ import torch
 import torch.distributed as dist
 
 import minidp
-from minidp.comm import all_gather, all_reduce, broadcast, textbook
+from minidp.comm import all_gather, all_reduce, broadcast
 from minidp.comm import group as groups
+from minidp.textbook import collectives as textbook
 from minidp.tools.exercise import reference
 
 WORLD = 3
@@ -129,7 +130,7 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # ## all_gather and broadcast in code
-# The textbook versions from `minidp/comm/textbook.py`, printed from the real module:
+# The textbook versions from `minidp/textbook/collectives.py`, printed from the real module:
 # all_gather is the all-gather half of the ring (lesson 8); broadcast is a binomial tree.
 # Both only copy, so they must equal gloo's bit for bit on any dtype.
 

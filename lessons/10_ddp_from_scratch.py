@@ -28,7 +28,7 @@ from torch import nn
 
 import minidp
 from minidp.comm import broadcast, ring_all_reduce
-from minidp.ddp import textbook
+from minidp.textbook import ddp as textbook
 
 WORLD = 3
 LOCAL_BATCH = 32
@@ -222,8 +222,8 @@ if __name__ == "__main__":
         atol=1e-6,
     )
     kit.check_true(
-        "the class shown is minidp.ddp.textbook's own source, not a copy",
-        textbook.DistributedDataParallel.__module__ == "minidp.ddp.textbook"
+        "the class shown is minidp.textbook.ddp's own source, not a copy",
+        textbook.DistributedDataParallel.__module__ == "minidp.textbook.ddp"
         and shown in inspect.getsource(textbook),
     )
     kit.check(

@@ -35,7 +35,8 @@ from torch import nn
 
 import minidp
 from minidp import trace
-from minidp.ddp import compute_bucket_assignment_by_size, textbook
+from minidp.ddp import compute_bucket_assignment_by_size
+from minidp.textbook import ddp as textbook
 from minidp.tools.bench.verdict import compare
 
 WORLD = 2
@@ -70,7 +71,7 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # ## 2. The textbook buckets and hooks, in minidp's own source
-# `minidp.ddp.textbook` keeps only the idea: buckets filled last layer first, and a hook
+# `minidp.textbook.ddp` keeps only the idea: buckets filled last layer first, and a hook
 # that launches every full bucket (in index order) on a communication thread; the last
 # hook waits for them all (`_finish`). Printed with `inspect.getsource`:
 
@@ -243,7 +244,7 @@ if __name__ == "__main__":
             res[r]["torch"]["model"],
         )
     kit.check_true(
-        "the functions shown in section 2 are minidp.ddp.textbook's own source, not copies",
+        "the functions shown in section 2 are minidp.textbook.ddp's own source, not copies",
         all(block in inspect.getsource(textbook) for block in shown),
     )
 

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler as TorchSampler
 
 import minidp
-from minidp.ddp import textbook_sampler
+from minidp.textbook import sampler as textbook_sampler
 
 # %% [markdown]
 # ## 1. Who gets what: 10 samples, 3 ranks
@@ -47,7 +47,7 @@ if __name__ == "__main__":  # the rank processes import this file: keep them qui
 
 # %% [markdown]
 # ## 2. The whole sampler in a few lines
-# `minidp.ddp.textbook_sampler.DistributedSampler.__iter__`, printed from minidp's own
+# `minidp.textbook.sampler.DistributedSampler.__iter__`, printed from minidp's own
 # source (`inspect.getsource`): one permutation seeded with `seed + epoch`, padded or cut
 # to a multiple of the world size, every `world`-th index from `rank` on.
 

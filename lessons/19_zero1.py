@@ -37,11 +37,11 @@ from torch import nn
 
 import minidp
 from minidp.launch import run_threads
+from minidp.textbook.zero import TextbookZero1
 from minidp.tools.planner.memory import optimizer_tensors, storage_bytes
 from minidp.tools.planner.stages import step_traffic
 from minidp.zero import ZeroRedundancyOptimizer
 from minidp.zero.partition import partition_parameters
-from minidp.zero.textbook import TextbookZero1
 
 WORLD, STEPS, WIDTH = 2, kit.pick(5, 3), kit.pick(64, 32)
 

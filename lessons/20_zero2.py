@@ -31,10 +31,10 @@ from torch import nn
 
 from minidp.comm import count_traffic
 from minidp.launch import run_threads
+from minidp.textbook.zero import TextbookZero2
 from minidp.tools.planner.memory import measure
 from minidp.tools.planner.stages import step_traffic
 from minidp.zero import Zero2Optimizer
-from minidp.zero.textbook import TextbookZero2
 
 WORLD, STEPS, WIDTH = 2, kit.pick(5, 3), kit.pick(64, 33)  # 33: rows that do not split evenly
 

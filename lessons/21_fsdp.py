@@ -44,7 +44,7 @@ from torch import nn
 import minidp
 from minidp import trace
 from minidp.fsdp import full_state_dict, shard, sharded_bytes, traffic
-from minidp.fsdp.textbook import TextbookFSDP
+from minidp.textbook.fsdp import FSDP as TextbookFSDP
 
 WORLD = 2
 VOCAB, DIM, BLOCKS = kit.pick((256, 128, 4), (64, 32, 3))
@@ -113,7 +113,7 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # ## 2. The textbook version (FSDP1's layout)
-# All of FSDP's idea in 67 lines (`minidp/fsdp/textbook.py`): one flat slice of all the
+# All of FSDP's idea in 67 lines (`minidp/textbook/fsdp.py`): one flat slice of all the
 # parameters per rank — FSDP1's `FlatParameter` — gathered before the forward,
 # reduce-scattered after the backward.
 

@@ -36,7 +36,7 @@ CHEATS = [
     ("reduce_scatter", "calls_library", 1,
      "minidp.comm.collectives.reduce_scatter is this exercise's answer"),
     ("all_gather", "calls_library", 1, "minidp.comm.collectives.all_gather is this exercise's"),
-    ("broadcast", "calls_library", 1, "minidp.comm.textbook.broadcast is this exercise's"),
+    ("broadcast", "calls_library", 1, "minidp.textbook.collectives.broadcast is this exercise's"),
     ("hsdp_reduce", "runs_solution", 2, "the reference solutions are not available"),
     ("clip_grad_norm_shards", "runs_solution", 2, "the reference solutions are not available"),
     # 6. wrong code the data could not see: a ring adding through int8

@@ -130,7 +130,7 @@ def _same(a: dict, b: dict) -> bool:
 
 def textbook_vs_fully_shard(rank: int, world: int, steps: int = 3) -> list[tuple]:
     """TextbookFSDP and fully_shard trained side by side: (step, param, max |diff|) rows."""
-    from minidp.fsdp.textbook import TextbookFSDP
+    from minidp.textbook.fsdp import FSDP as TextbookFSDP
 
     plain, ours = seeded_lm(), seeded_lm()  # thread ranks share the global RNG
     names = [n for n, _ in plain.named_parameters()]

@@ -2,16 +2,16 @@
 
 Run: ``pytest tests/test_textbook_dp_ddp.py``
 
-* ``minidp.dp.textbook.data_parallel_step``: ``torch.equal`` against the per-chunk
+* ``minidp.textbook.dp.data_parallel_step``: ``torch.equal`` against the per-chunk
   definition and ``minidp.DataParallel`` (n = 1..5, MLP / conv / BatchNorm, batches
   smaller than n); against ``torch.nn.DataParallel``, which on a CPU-only machine is the
   plain module, ``assert_close`` (one full-batch matmul vs per-chunk matmuls).
-* ``minidp.ddp.textbook.DistributedDataParallel`` in real gloo processes: world 2,
+* ``minidp.textbook.ddp.DistributedDataParallel`` in real gloo processes: world 2,
   ``torch.equal`` with ``torch.nn.parallel.DistributedDataParallel`` after every step
   (each element's sum is one addition, so bucket layouts cannot matter); world 3,
   ``torch.equal`` with gloo's own ``all_reduce`` of the textbook's buckets, and
   ``assert_close`` with torch DDP (other buckets, so another summation order).
-* ``minidp.ddp.textbook_sampler.DistributedSampler``: the exact indices of torch's.
+* ``minidp.textbook.sampler.DistributedSampler``: the exact indices of torch's.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from test_dp_models import loss_of, make_case, per_chunk_reference
 from torch import nn
 
 import minidp
-from minidp.ddp import textbook
-from minidp.ddp.textbook_sampler import DistributedSampler as TextbookSampler
 from minidp.dp.devices import official_data_parallel
-from minidp.dp.textbook import data_parallel_step
 from minidp.launch import run_threads
+from minidp.textbook import ddp as textbook
+from minidp.textbook.dp import data_parallel_step
+from minidp.textbook.sampler import DistributedSampler as TextbookSampler
 
 # ----------------------------------------------------------------------------- DataParallel
 
@@ -241,14 +241,14 @@ def test_textbook_sampler_bad_rank():
 
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 SHOWING = {  # lesson -> textbook objects it prints with inspect.getsource
-    "02_scatter_gather.py": {"minidp.dp.textbook.data_parallel_step"},
-    "03_data_parallel.py": {"minidp.dp.textbook.data_parallel_step"},
-    "10_ddp_from_scratch.py": {"minidp.ddp.textbook.DistributedDataParallel"},
+    "02_scatter_gather.py": {"minidp.textbook.dp.data_parallel_step"},
+    "03_data_parallel.py": {"minidp.textbook.dp.data_parallel_step"},
+    "10_ddp_from_scratch.py": {"minidp.textbook.ddp.DistributedDataParallel"},
     "11_buckets_overlap.py": {
-        "minidp.ddp.textbook.make_buckets",
-        "minidp.ddp.textbook.DistributedDataParallel._grad_ready",
+        "minidp.textbook.ddp.make_buckets",
+        "minidp.textbook.ddp.DistributedDataParallel._grad_ready",
     },
-    "12_distributed_sampler.py": {"minidp.ddp.textbook_sampler.DistributedSampler.__iter__"},
+    "12_distributed_sampler.py": {"minidp.textbook.sampler.DistributedSampler.__iter__"},
 }
 
 
@@ -286,8 +286,8 @@ def shown_sources(path: Path) -> dict[str, object]:
 def test_lessons_show_the_real_textbook_functions(lesson):
     """The source a lesson prints is minidp's own function (``inspect.getsource`` of the
     imported object), not a copy pasted into the lesson."""
-    import minidp.ddp.textbook_sampler  # noqa: F401 -- resolvable in sys.modules
-    import minidp.dp.textbook  # noqa: F401
+    import minidp.textbook.dp  # noqa: F401
+    import minidp.textbook.sampler  # noqa: F401 -- resolvable in sys.modules
 
     text = (LESSONS / lesson).read_text()
     found = shown_sources(LESSONS / lesson)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from helpers import FSDP2_UNUSABLE
 from torch import nn
 
-from minidp.comm.textbook import reduce_scatter
+from minidp.textbook.collectives import reduce_scatter
 from minidp.textbook.fsdp import FSDP, pieces
 from minidp.textbook.hsdp import HSDP
 

@@ -154,8 +154,8 @@ def zero2_parity(rank: int, world: int, optimizers: list[str], steps: int = 4) -
     """
     from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZero
 
+    from minidp.textbook.zero import TextbookZero1, TextbookZero2
     from minidp.zero import Zero2Optimizer
-    from minidp.zero.textbook import TextbookZero1, TextbookZero2
 
     out = {}
     for name in optimizers:

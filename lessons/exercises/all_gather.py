@@ -3,10 +3,11 @@
 Task: fill ``tensor_list[i]`` with rank i's ``tensor``, on every rank (like
 ``torch.distributed.all_gather``). Use any pattern you like; the ring is the classic one.
 
-Ring recipe (send right to ``(rank + 1) % world``, receive from the left):
+Ring recipe (send left to ``(rank - 1) % world``, receive from the right — the direction of
+every ring in minidp, gloo's):
 1. Your own entry first: ``tensor_list[rank].copy_(tensor)``.
-2. ``world - 1`` steps: at step s send ``tensor_list[(rank - s) % world]`` and receive into
-   ``tensor_list[(rank - s - 1) % world]`` — what arrives came from that rank.
+2. ``world - 1`` steps: at step s send ``tensor_list[(rank + s) % world]`` and receive into
+   ``tensor_list[(rank + s + 1) % world]`` — what arrives came from that rank.
 
 Tools: ``from minidp.comm import p2p`` (``send``/``recv`` block, ``isend``/``irecv`` return a
 message with ``.wait()``); ``group.rank()``, ``group.size()``. Receive into a contiguous

@@ -3,7 +3,7 @@
 Task: afterwards every rank's ``tensor`` holds rank ``src``'s tensor — **in place**, like
 ``torch.distributed.broadcast``. The simplest way: ``src`` sends to every other rank, the
 others receive. (Faster: a tree, where every rank that has the data passes it on; see
-``minidp/comm/textbook.py``.)
+``minidp/textbook/collectives.py``.)
 
 Tools: ``from minidp.comm import p2p`` (``send``/``recv`` block, ``isend``/``irecv`` return a
 message with ``.wait()``); ``group.rank()``, ``group.size()``.

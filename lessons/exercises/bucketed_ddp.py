@@ -23,7 +23,7 @@ Hints:
 * Waiting right after starting a bucket, or starting everything only in the last hook,
   gives the right numbers with no overlap — the checker watches the timeline.
 * Count the gradients that arrived per bucket; reset the counts when a backward is done.
-* Stuck? ``minidp/ddp/textbook.py`` does the same with its own thread (lesson 11 prints it):
+* Stuck? ``minidp/textbook/ddp.py`` does the same with its own thread (lesson 11 prints it):
   read it — calling it is refused in a check.
 
 Check: ``python -m minidp exercise check bucketed_ddp``

@@ -23,7 +23,7 @@ Hints:
 * The replicas' gradients are *summed*, not averaged: each is already its share of the
   batch's loss.
 * A mean of per-device losses is not the batch's loss when chunks differ in size.
-* Stuck? ``minidp/dp/textbook.py`` is a solution (lesson 3 prints it): read it — calling
+* Stuck? ``minidp/textbook/dp.py`` is a solution (lesson 3 prints it): read it — calling
   it (or torch's DataParallel pieces) is refused in a check.
 
 Check: ``python -m minidp exercise check data_parallel_step``

@@ -4,10 +4,11 @@ Task: every rank has ``input_list``, one tensor per rank (all the same shape). A
 rank r's ``output`` holds ``input_list[r]`` summed over all ranks (like
 ``torch.distributed.reduce_scatter`` with op SUM).
 
-Ring recipe (send right to ``(rank + 1) % world``, receive from the left):
+Ring recipe (send left to ``(rank - 1) % world``, receive from the right — the direction of
+every ring in minidp, gloo's):
 1. Copy the pieces so you may add into them: ``pieces = [t.clone() for t in input_list]``.
-2. ``world - 1`` steps: at step s send ``pieces[(rank - s - 1) % world]``, receive a
-   partial sum into a buffer and add it into ``pieces[(rank - s - 2) % world]``.
+2. ``world - 1`` steps: at step s send ``pieces[(rank + s + 1) % world]``, receive a
+   partial sum into a buffer and add it into ``pieces[(rank + s + 2) % world]``.
 3. The last piece you added to is piece ``rank``: copy it into ``output``.
 
 Tools: ``from minidp.comm import p2p`` (``send``/``recv`` block, ``isend``/``irecv`` return a

@@ -1,5 +1,5 @@
 """Reference solution: broadcast as a binomial tree, written out (lesson 9 prints minidp's
-own, ``minidp/comm/textbook.py``; the check makes that one unavailable).
+own, ``minidp/textbook/collectives.py``; the check makes that one unavailable).
 
 Check: ``python -m minidp exercise check broadcast --path lessons/solutions/broadcast.py``
 """

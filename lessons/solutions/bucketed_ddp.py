@@ -1,5 +1,5 @@
 """Reference solution: DDP's hooks, buckets and overlap, written out (lesson 11 prints
-minidp's textbook DDP, ``minidp/ddp/textbook.py``; the check makes that one unavailable),
+minidp's textbook DDP, ``minidp/textbook/ddp.py``; the check makes that one unavailable),
 with the checker's ``start_all_reduce`` in place of its own thread.
 
 Check: ``python -m minidp exercise check bucketed_ddp --path lessons/solutions/bucketed_ddp.py``

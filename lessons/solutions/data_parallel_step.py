@@ -1,5 +1,5 @@
 """Reference solution: one DataParallel step, written out (lesson 3 prints minidp's own,
-``minidp/dp/textbook.py``; the check makes that one unavailable).
+``minidp/textbook/dp.py``; the check makes that one unavailable).
 
 Check: ``python -m minidp exercise check data_parallel_step --path lessons/solutions/data_parallel_step.py``
 """

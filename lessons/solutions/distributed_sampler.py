@@ -1,5 +1,5 @@
 """Reference solution: DistributedSampler's indices for one rank and epoch, written out
-(lesson 12 prints minidp's own, ``minidp/ddp/textbook_sampler.py``; the check makes that
+(lesson 12 prints minidp's own, ``minidp/textbook/sampler.py``; the check makes that
 one and torch's unavailable).
 
 Check: ``python -m minidp exercise check distributed_sampler --path lessons/solutions/distributed_sampler.py``

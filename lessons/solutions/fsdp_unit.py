@@ -1,6 +1,6 @@
 """Reference solution: pad, all-gather, forward/backward, pad, reduce-scatter, unpad.
 (``minidp.fsdp.unit.FSDPUnit`` does the same for all of a unit's parameters in one flat
-buffer; ``minidp.fsdp.textbook`` shards one flat vector instead.)
+buffer; ``minidp.textbook.fsdp`` shards one flat vector instead.)
 
 Check: ``python -m minidp exercise check fsdp_unit --path lessons/solutions/fsdp_unit.py``
 """

@@ -11,9 +11,9 @@ from minidp.comm import p2p
 def ring_pass(tensor: torch.Tensor, group) -> torch.Tensor:
     rank, world = group.rank(), group.size()
     if world == 1:
-        return tensor.clone()  # my left neighbour is me
+        return tensor.clone()  # my right neighbour is me
     received = torch.empty_like(tensor)
-    sending = p2p.isend(tensor.contiguous(), (rank + 1) % world, group)  # start, don't block
-    p2p.recv(received, (rank - 1) % world, group)
+    sending = p2p.isend(tensor.contiguous(), (rank - 1) % world, group)  # start, don't block
+    p2p.recv(received, (rank + 1) % world, group)
     sending.wait()
     return received

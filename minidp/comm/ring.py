@@ -16,8 +16,8 @@ the parameter server (``naive.py``) does not.
 
 Two layouts share one algorithm (:func:`ring_pass`):
 
-* ``textbook``: ``world`` near-equal chunks, each sent as one message — the version to
-  read and to draw.
+* ``textbook``: ``world`` near-equal chunks, each sent as one message — the book's ring
+  (``minidp/textbook/collectives.py``), bit for bit: the version to read and to draw.
 * ``gloo``: the exact schedule of gloo's CPU all-reduce, so the result is *bit-for-bit*
   equal to ``torch.distributed.all_reduce``. Chunk boundaries are multiples of gloo's
   *segment* (``min(total/2n, 1 MiB)`` bytes), and each chunk travels as several messages,

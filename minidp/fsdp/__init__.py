@@ -7,8 +7,8 @@
   collectives), ``root.py`` (the schedule: prefetch, reduce-scatter), ``shard.py`` (dim-0
   chunks with padding), ``reduce.py`` (the reduce-scatter in gloo's order), ``policy.py``
   (:class:`MixedPrecisionPolicy`).
-* ``textbook.py`` — :class:`~minidp.fsdp.textbook.TextbookFSDP`: the idea in 70 lines (one
-  flat shard per rank, no units, no prefetch), to read first.
+* The idea in one page, to read first: the book's ``minidp/textbook/fsdp.py`` (the same
+  dim-0 shards, no units, no prefetch, no DTensor) and ``hsdp.py``.
 * :func:`full_state_dict` / :func:`load_full_state_dict` — the unsharded parameters by
   name (a collective), and back; :func:`sharded_bytes` — what this rank holds;
   :func:`traffic` — what its collectives moved.

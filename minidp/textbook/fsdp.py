@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from minidp.comm import group as groups
-from minidp.comm.textbook import all_gather, reduce_scatter
+from minidp.textbook.collectives import all_gather, reduce_scatter
 
 
 def pieces(t: torch.Tensor, world: int) -> list[torch.Tensor]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from minidp.comm.textbook import ring_all_reduce
+from minidp.textbook.collectives import ring_all_reduce
 from minidp.textbook.fsdp import FSDP
 
 

@@ -9,7 +9,8 @@
   torch's format, any world size), ``zero2_checks.py`` (what it refuses: optimizers that
   are not element-wise, loops that would train wrongly). A freed ``.grad`` is a DTensor of
   this rank's rows, as FSDP2's (``minidp.fsdp.dtensor``).
-* ``textbook.py``: both stages in a few lines each, after backward, one call per parameter.
+* The idea in one page: the book's ``minidp/textbook/zero.py`` (both stages after backward,
+  one call per parameter).
 * ``partition.py``: who owns what (whole parameters, or dim-0 rows).
 * ``checks.py``: the errors (unsupported optimizer, ranks that disagree, sparse grads).
 * ``objects.py``: a Python object (a state dict) broadcast over minidp's collectives.

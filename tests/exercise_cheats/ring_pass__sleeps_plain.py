@@ -16,7 +16,7 @@ def ring_pass(tensor, group):
     if world == 1:
         return tensor.clone()
     received = torch.empty_like(tensor)
-    sending = p2p.isend(tensor.contiguous(), (rank + 1) % world, group)
-    p2p.recv(received, (rank - 1) % world, group)
+    sending = p2p.isend(tensor.contiguous(), (rank - 1) % world, group)
+    p2p.recv(received, (rank + 1) % world, group)
     sending.wait()
     return received

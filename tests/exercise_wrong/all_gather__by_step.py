@@ -11,8 +11,8 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group) -> 
     arrived = [tensor.clone()]
     for _ in range(world - 1):
         buffer = torch.empty_like(tensor)
-        sending = p2p.isend(arrived[-1], (rank + 1) % world, group)
-        p2p.recv(buffer, (rank - 1) % world, group)
+        sending = p2p.isend(arrived[-1], (rank - 1) % world, group)
+        p2p.recv(buffer, (rank + 1) % world, group)
         sending.wait()
         arrived.append(buffer)
     for i, t in enumerate(arrived):

@@ -10,8 +10,8 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group) -> 
     current = tensor.clone()
     for step in range(world - 1):
         buffer = torch.empty_like(tensor)
-        sending = p2p.isend(current, (rank + 1) % world, group)
-        p2p.recv(buffer, (rank - 1) % world, group)
+        sending = p2p.isend(current, (rank - 1) % world, group)
+        p2p.recv(buffer, (rank + 1) % world, group)
         sending.wait()
-        tensor_list[(rank - step - 1) % world].copy_(buffer)
+        tensor_list[(rank + step + 1) % world].copy_(buffer)
         current = buffer

@@ -1,4 +1,4 @@
-"""Wrong on purpose: the ring starts one piece late, so rank r finishes piece r+1."""
+"""Wrong on purpose: the ring starts one piece late, so rank r finishes piece r-1."""
 
 import torch
 
@@ -10,9 +10,9 @@ def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], group) 
     pieces = [t.clone() for t in input_list]
     buffer = torch.empty_like(output)
     for step in range(world - 1):
-        send_c, recv_c = (rank - step) % world, (rank - step - 1) % world
-        sending = p2p.isend(pieces[send_c], (rank + 1) % world, group)
-        p2p.recv(buffer, (rank - 1) % world, group)
+        send_c, recv_c = (rank + step) % world, (rank + step + 1) % world
+        sending = p2p.isend(pieces[send_c], (rank - 1) % world, group)
+        p2p.recv(buffer, (rank + 1) % world, group)
         sending.wait()
         pieces[recv_c] += buffer
-    output.copy_(pieces[(rank + 1) % world])
+    output.copy_(pieces[(rank - 1) % world])

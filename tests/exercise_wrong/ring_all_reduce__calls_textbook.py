@@ -2,8 +2,8 @@
 
 import torch
 
-from minidp.comm import textbook
+from minidp.textbook import collectives
 
 
 def ring_all_reduce(tensor: torch.Tensor, group) -> torch.Tensor:
-    return textbook.ring_all_reduce(tensor, "sum", group)
+    return collectives.ring_all_reduce(tensor, "sum", group)

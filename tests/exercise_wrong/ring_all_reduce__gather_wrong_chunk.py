@@ -1,5 +1,5 @@
 """Wrong on purpose: the all-gather stores each finished chunk at the wrong offset
-(receives chunk rank-s-1 into the slot of chunk rank+s+1)."""
+(receives chunk rank+s+1 into the slot of chunk rank-s-1)."""
 
 import torch
 
@@ -11,18 +11,18 @@ def ring_all_reduce(tensor: torch.Tensor, group) -> torch.Tensor:
     flat = tensor.view(-1)
     chunks = flat.tensor_split(world)
     for step in range(world - 1):
-        send_c, recv_c = (rank - step - 1) % world, (rank - step - 2) % world
+        send_c, recv_c = (rank + step + 1) % world, (rank + step + 2) % world
         buf = torch.empty_like(chunks[recv_c])
-        sending = p2p.isend(chunks[send_c], (rank + 1) % world, group)
-        p2p.recv(buf, (rank - 1) % world, group)
+        sending = p2p.isend(chunks[send_c], (rank - 1) % world, group)
+        p2p.recv(buf, (rank + 1) % world, group)
         sending.wait()
         chunks[recv_c].add_(buf)
     done = {rank: chunks[rank].clone()}
     for step in range(world - 1):
-        send_c, recv_c = (rank - step) % world, (rank - step - 1) % world
+        send_c, recv_c = (rank + step) % world, (rank + step + 1) % world
         buf = torch.empty_like(chunks[recv_c])
-        sending = p2p.isend(done[send_c], (rank + 1) % world, group)
-        p2p.recv(buf, (rank - 1) % world, group)
+        sending = p2p.isend(done[send_c], (rank - 1) % world, group)
+        p2p.recv(buf, (rank + 1) % world, group)
         sending.wait()
         done[recv_c] = buf
     order = [done[c] for c in range(world)]

@@ -12,15 +12,15 @@ def ring_all_reduce(tensor: torch.Tensor, group) -> torch.Tensor:
     total = tensor.clone()
     for _ in range(world - 1):
         buf = torch.empty_like(passing)
-        sending = p2p.isend(passing, (rank + 1) % world, group)
-        p2p.recv(buf, (rank - 1) % world, group)
+        sending = p2p.isend(passing, (rank - 1) % world, group)
+        p2p.recv(buf, (rank + 1) % world, group)
         sending.wait()
         total += buf
         passing = buf
     for _ in range(world - 1):  # and once more round, "to be sure every rank agrees"
         buf = torch.empty_like(total)
-        sending = p2p.isend(total, (rank + 1) % world, group)
-        p2p.recv(buf, (rank - 1) % world, group)
+        sending = p2p.isend(total, (rank - 1) % world, group)
+        p2p.recv(buf, (rank + 1) % world, group)
         sending.wait()
     tensor.copy_(total)
     return tensor

@@ -10,6 +10,6 @@ def ring_pass(tensor: torch.Tensor, group) -> torch.Tensor:
     if world == 1:
         return tensor.clone()
     received = torch.empty_like(tensor)
-    p2p.send(tensor, (rank + 1) % world, group)
-    p2p.recv(received, (rank - 1) % world, group)
+    p2p.send(tensor, (rank - 1) % world, group)
+    p2p.recv(received, (rank + 1) % world, group)
     return received

@@ -9,7 +9,7 @@ def ring_pass(tensor: torch.Tensor, group) -> torch.Tensor:
     rank, world = group.rank(), group.size()
     if world > 1:
         received = torch.empty_like(tensor)
-        sending = p2p.isend(tensor, (rank + 1) % world, group)
-        p2p.recv(received, (rank - 1) % world, group)
+        sending = p2p.isend(tensor, (rank - 1) % world, group)
+        p2p.recv(received, (rank + 1) % world, group)
         sending.wait()
     return tensor

@@ -1,4 +1,4 @@
-"""Wrong on purpose: sends to the left and receives from the right."""
+"""Wrong on purpose: sends to the right and receives from the left."""
 
 import torch
 
@@ -10,7 +10,7 @@ def ring_pass(tensor: torch.Tensor, group) -> torch.Tensor:
     if world == 1:
         return tensor.clone()
     received = torch.empty_like(tensor)
-    sending = p2p.isend(tensor, (rank - 1) % world, group)
-    p2p.recv(received, (rank + 1) % world, group)
+    sending = p2p.isend(tensor, (rank + 1) % world, group)
+    p2p.recv(received, (rank - 1) % world, group)
     sending.wait()
     return received

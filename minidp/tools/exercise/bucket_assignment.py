@@ -176,7 +176,7 @@ BUCKET_ASSIGNMENT = Exercise(
     answers=(
         "torch.distributed._compute_bucket_assignment_by_size",
         "minidp.ddp.buckets",
-        "minidp.ddp.textbook",
+        "minidp.textbook.ddp",
     ),  # fmt: skip
     cases=CASES,
     strategy=bucket_cases,

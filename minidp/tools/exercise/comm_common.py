@@ -51,7 +51,7 @@ COLLECTIVES = (
     "minidp.comm.ring",
     "minidp.comm.naive",
     "minidp.comm.broadcasts",
-    "minidp.comm.textbook",
+    "minidp.textbook.collectives",
 )
 
 

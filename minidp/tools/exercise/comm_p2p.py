@@ -45,18 +45,18 @@ def _learn_ring_pass(fn, case, rank, world, group) -> Answer:
 def _expect_ring_pass(case, rank, world, group) -> Expected:
     x = values(case, rank)
     everyone = reference.all_gather(x.clone(), group)  # every rank's tensor, rank order
-    return Expected(everyone[(rank - 1) % world], {"all": everyone})
+    return Expected(everyone[(rank + 1) % world], {"all": everyone})
 
 
-def _from_the_right(rank: int, r: Result) -> bool:
-    return same(r.got, r.extra["all"][(rank + 1) % len(r.extra["all"])])
+def _from_the_left(rank: int, r: Result) -> bool:
+    return same(r.got, r.extra["all"][(rank - 1) % len(r.extra["all"])])
 
 
 RING_PASS = Exercise(
     name="ring_pass",
     lesson="06_send_recv",
-    summary="shift by one: send your tensor to rank+1, return the one from rank-1",
-    reference="the left neighbour's tensor from torch.distributed.all_gather (gloo), torch.equal",
+    summary="shift by one: send your tensor to rank-1, return the one from rank+1",
+    reference="the right neighbour's tensor from torch.distributed.all_gather (gloo), torch.equal",
     learn=_learn_ring_pass,
     expect=_expect_ring_pass,
     cases=CASES,
@@ -64,12 +64,12 @@ RING_PASS = Exercise(
     answers=COLLECTIVES,
     traffic=Traffic(
         bounds=exactly(lambda case, world, rank: nbytes(case)),
-        formula="one message of the whole tensor to the right neighbour",
+        formula="one message of the whole tensor to the left neighbour",
         p2p_only=True,
         too_much=Mistake(
             "sent more than one message",
             "the values are right, but a rank sent its tensor more than once: one send to "
-            "(rank + 1) % world and one receive from (rank - 1) % world is the whole pass.",
+            "(rank - 1) % world and one receive from (rank + 1) % world is the whole pass.",
         ),
     ),
     mistakes=(
@@ -77,9 +77,9 @@ RING_PASS = Exercise(
         ROUNDED,
         Mistake(
             "wrong direction",
-            "you returned the tensor of rank+1, the *right* neighbour: send to "
-            "(rank + 1) % world and receive from (rank - 1) % world.",
-            lambda case, results: case["world"] > 2 and everywhere(results, _from_the_right),
+            "you returned the tensor of rank-1, the *left* neighbour: send to "
+            "(rank - 1) % world and receive from (rank + 1) % world.",
+            lambda case, results: case["world"] > 2 and everywhere(results, _from_the_left),
         ),
         Mistake(
             "returned your own tensor",

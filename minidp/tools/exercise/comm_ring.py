@@ -68,26 +68,26 @@ def _one_piece_too_many(results: list[Result]) -> bool:
 
 
 def simulate_ring(inputs: list[torch.Tensor], gather: str = "copy", extra_steps: int = 0) -> list:
-    """The stub's ring (``tensor_split`` chunks, to the right) on every rank's input, in
+    """The stub's ring (``tensor_split`` chunks, to the left) on every rank's input, in
     float64, with a classic slip: ``gather`` "copy" (right), "add" (the all-gather adds
     what arrives) or "none" (no all-gather); ``extra_steps`` reduce-scatter steps past W-1.
     Returns every rank's final flat tensor — what that slip gives, to recognise it."""
     world = len(inputs)
     flats = [x.reshape(-1).double().clone() for x in inputs]  # (N,) per rank
     chunks = [f.tensor_split(world) for f in flats]  # views into flats
-    for s in range(world - 1 + extra_steps):  # send chunk (r - s - 1), receive (r - s - 2)
-        sent = [chunks[r][(r - s - 1) % world].clone() for r in range(world)]
+    for s in range(world - 1 + extra_steps):  # send chunk (r + s + 1), receive (r + s + 2)
+        sent = [chunks[r][(r + s + 1) % world].clone() for r in range(world)]
         for r in range(world):
-            chunks[r][(r - s - 2) % world].add_(sent[(r - 1) % world])
+            chunks[r][(r + s + 2) % world].add_(sent[(r + 1) % world])
     if gather != "none":
-        for s in range(world - 1):  # send chunk (r - s), receive (r - s - 1)
-            sent = [chunks[r][(r - s) % world].clone() for r in range(world)]
+        for s in range(world - 1):  # send chunk (r + s), receive (r + s + 1)
+            sent = [chunks[r][(r + s) % world].clone() for r in range(world)]
             for r in range(world):
-                target = chunks[r][(r - s - 1) % world]
+                target = chunks[r][(r + s + 1) % world]
                 if gather == "add":
-                    target.add_(sent[(r - 1) % world])
+                    target.add_(sent[(r + 1) % world])
                 else:
-                    target.copy_(sent[(r - 1) % world])
+                    target.copy_(sent[(r + 1) % world])
     return flats
 
 
@@ -236,7 +236,7 @@ REDUCE_SCATTER = Exercise(
         too_much=Mistake(
             "pieces sent more than once",
             "the values are right, but a rank sent more than W-1 pieces: each step passes "
-            "ONE partial sum to the right neighbour (W-1 steps), not every piece.",
+            "ONE partial sum to the left neighbour (W-1 steps), not every piece.",
         ),
     ),
     mistakes=(

@@ -74,7 +74,7 @@ ON_RANK_PROCESSES = dict(
 )
 DDP_ANSWERS = (
     "minidp.ddp.simple",
-    "minidp.ddp.textbook",
+    "minidp.textbook.ddp",
     "minidp.ddp.buckets",
     "minidp.ddp.distributed.DistributedDataParallel",
 )

@@ -123,7 +123,7 @@ DISTRIBUTED_SAMPLER = Exercise(
     answers=(
         "torch.utils.data.distributed.DistributedSampler",
         "minidp.ddp.sampler.DistributedSampler",
-        "minidp.ddp.textbook_sampler.DistributedSampler",
+        "minidp.textbook.sampler.DistributedSampler",
     ),
     cases=SAMPLER_CASES,
     strategy=sampler_cases,

@@ -142,7 +142,7 @@ SCATTER = Exercise(
     reference="torch.nn.parallel.scatter (its code; Scatter = Tensor.chunk on CPU), torch.equal",
     learn=_learn_scatter,
     expect=_expect_scatter,
-    answers=("minidp.dp.scatter", "minidp.dp.textbook", "torch.nn.parallel.scatter_gather"),
+    answers=("minidp.dp.scatter", "minidp.textbook.dp", "torch.nn.parallel.scatter_gather"),
     cases=CASES,
     strategy=dp_cases,
     shrink=shrink_dp,

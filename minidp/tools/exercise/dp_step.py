@@ -174,7 +174,7 @@ DATA_PARALLEL_STEP = Exercise(
     expect=_expect_dp_step,
     plan=machine_plan,
     answers=(
-        "minidp.dp.textbook",
+        "minidp.textbook.dp",
         "minidp.dp.replicate",
         "minidp.dp.parallel_apply",
         "minidp.dp.scatter",

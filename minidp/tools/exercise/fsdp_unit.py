@@ -149,7 +149,7 @@ FSDP_UNIT = Exercise(
     learn=_learn,
     expect=_expect,
     reference_processes=True,
-    answers=("minidp.fsdp.textbook.TextbookFSDP",),
+    answers=("minidp.textbook.fsdp.FSDP",),
     traffic=Traffic(bounds=_least, formula="the all-gather of every rank's rows"),
     cases=CASES,
     strategy=lambda: world_and_seed(1, 4),

@@ -6,7 +6,7 @@ gone (``runner.py``). They make the classic shortcuts fail with a message that s
 was seen, instead of passing:
 
 * **the answer is unavailable**: each exercise lists what *is* its answer
-  (``Exercise.answers``: ``minidp.comm.textbook.ring_all_reduce``, torch's
+  (``Exercise.answers``: ``minidp.textbook.collectives.ring_all_reduce``, torch's
   ``DistributedSampler``, ...). :func:`refuse_answers` replaces each of those objects,
   wherever a module names it, by a stand-in that raises :class:`RefusedCall`.
 * **an audit hook** (``sys.addaudithook``, which cannot be removed) refuses and records:

@@ -115,7 +115,7 @@ class Exercise:
             run once in the zygote so that every process forked from it has them.
         traffic: the bytes each rank must send (:class:`Traffic`), for every exercise
             that communicates on thread ranks.
-        answers: dotted names of what *is* the answer (``minidp.comm.textbook``'s ring,
+        answers: dotted names of what *is* the answer (``minidp.textbook.collectives``'s ring,
             torch's own sampler...): the sandbox makes them unavailable.
         generated: at most this many generated cases (rank processes cost time).
         plan: ``() -> dict`` of keys about this machine added to every case, asked in the

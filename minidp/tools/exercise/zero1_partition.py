@@ -37,7 +37,7 @@ from minidp.tools.exercise.spec import Answer, Exercise, Expected, Mistake, ever
 ZERO_ANSWERS = (
     "minidp.zero.partition",
     "minidp.zero.zero1.ZeroRedundancyOptimizer",
-    "minidp.zero.textbook.TextbookZero1",
+    "minidp.textbook.zero.TextbookZero1",
     "torch.distributed.optim.zero_redundancy_optimizer.ZeroRedundancyOptimizer",
 )
 

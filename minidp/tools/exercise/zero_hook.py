@@ -136,7 +136,7 @@ REDUCE_SCATTER_GRAD = Exercise(
     reference="gloo all_reduce (SUM) / W of each gradient, padded, sliced; float64, rtol 1e-12",
     learn=_learn,
     expect=_expect,
-    answers=("minidp.zero.textbook.TextbookZero2", "minidp.zero.zero2_hooks"),
+    answers=("minidp.textbook.zero.TextbookZero2", "minidp.zero.zero2_hooks"),
     traffic=Traffic(bounds=_least, formula="a reduce-scatter of every gradient"),
     cases=CASES,
     strategy=lambda: world_and_seed(1, 5),

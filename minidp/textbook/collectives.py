@@ -1,13 +1,16 @@
-"""The textbook collectives: each one short enough to read top to bottom in a sitting.
+"""The book's collectives: each one short enough to read top to bottom in a sitting.
 
-Read them in lesson 8 (``python lessons/08_ring_all_reduce.py``) and lesson 9; write them
-yourself in ``lessons/exercises/`` and check them with
-``python -m minidp exercise check ring_all_reduce`` (and ``all_gather``, ``reduce_scatter``,
+Read them in lessons 7-9 (``python lessons/08_ring_all_reduce.py``); write them yourself in
+``lessons/exercises/`` and check them with ``python -m minidp exercise check
+ring_all_reduce`` (and ``naive_all_reduce``, ``all_gather``, ``reduce_scatter``,
 ``broadcast``). Test: ``pytest tests/test_textbook_comm.py``.
 
 Every function here uses plain blocking ``send``/``recv`` from minidp's point-to-point
-layer (``p2p.py``) plus one ``isend`` per step, so neighbours can send and receive at the
-same time. The ring runs to the *right*: rank r sends to ``r+1`` and receives from ``r-1``.
+layer (``comm/p2p.py``) plus one ``isend`` per step, so neighbours can send and receive at
+the same time. The ring runs to the *left*, as gloo's does: rank r sends to ``r-1`` and
+receives from ``r+1`` — the one direction of every ring in minidp (the engine's, the demo's,
+the classroom's), so the engine's ``ring_all_reduce(layout="textbook")`` is this page's
+ring, bit for bit.
 
 What the faithful versions (``ring.py``, ``collectives.py``) add, and why they exist:
 
@@ -37,16 +40,16 @@ from minidp.comm import ops, p2p
 
 
 def _exchange(send_buf: torch.Tensor, recv_buf: torch.Tensor, group) -> None:
-    """Send ``send_buf`` to the right neighbour while receiving ``recv_buf`` from the left.
+    """Send ``send_buf`` to the left neighbour while receiving ``recv_buf`` from the right.
 
     Why ``isend`` and not ``send``: a send completes only once the receiver has posted its
     receive, so if every rank first did a blocking send, nobody would reach its receive.
     Empty buffers (numel < world gives empty chunks) are skipped on both sides.
     """
     rank, world = group.rank(), group.size()
-    sending = p2p.isend(send_buf, (rank + 1) % world, group) if send_buf.numel() else None
+    sending = p2p.isend(send_buf, (rank - 1) % world, group) if send_buf.numel() else None
     if recv_buf.numel():
-        p2p.recv(recv_buf, (rank - 1) % world, group)
+        p2p.recv(recv_buf, (rank + 1) % world, group)
     if sending is not None:
         sending.wait()
 
@@ -55,9 +58,10 @@ def _exchange(send_buf: torch.Tensor, recv_buf: torch.Tensor, group) -> None:
 def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor:
     """All-reduce ``tensor`` in place with a ring: reduce-scatter, then all-gather.
 
-    Chunk ``c`` starts on rank ``c+1`` and travels right, each rank adding its own piece
+    Chunk ``c`` starts on rank ``c-1`` and travels left, each rank adding its own piece
     (``mine + incoming``), so it is reduced in the order
-    ``x[c] + (x[c-1] + (... + (x[c+2] + x[c+1])))`` (indices mod world) and ends on rank c.
+    ``x[c] + (x[c+1] + (... + (x[c-2] + x[c-1])))`` (indices mod world) — gloo's — and
+    ends on rank c.
     """
     g = groups.resolve(group)
     rank, world = g.rank(), g.size()
@@ -65,21 +69,52 @@ def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor:
     ops.check_dtype(tensor, name, "textbook.ring_all_reduce")
     flat = tensor.contiguous().view(-1)  # (numel,); a copy only if tensor is not contiguous
     chunks = flat.tensor_split(world)  # world views, the first numel % world one longer
-    # Reduce-scatter, world-1 steps: at step s send the partial sum of chunk r-s-1 and
-    # receive chunk r-s-2's partial sum, then add my piece to it. The last chunk received
+    # Reduce-scatter, world-1 steps: at step s send the partial sum of chunk r+1+s and
+    # receive chunk r+2+s's partial sum, then add my piece to it. The last chunk received
     # (step world-2) is chunk r: rank r ends owning chunk r, fully reduced.
     for step in range(world - 1):
-        send_c, recv_c = (rank - step - 1) % world, (rank - step - 2) % world
+        send_c, recv_c = (rank + 1 + step) % world, (rank + 2 + step) % world
         incoming = torch.empty_like(chunks[recv_c])  # (len of chunk recv_c,)
         _exchange(chunks[send_c], incoming, g)
         ops.combine(name, chunks[recv_c], incoming)  # mine = mine OP incoming
     ops.finish(name, chunks[rank], world)  # avg: divide once, on the finished chunk
-    # All-gather, world-1 steps: pass the finished chunks on. At step s send chunk r-s
-    # (first my own) and receive the finished chunk r-s-1 straight into place.
+    # All-gather, world-1 steps: pass the finished chunks on. At step s send chunk r+s
+    # (first my own) and receive the finished chunk r+s+1 straight into place.
     for step in range(world - 1):
-        send_c, recv_c = (rank - step) % world, (rank - step - 1) % world
+        send_c, recv_c = (rank + step) % world, (rank + step + 1) % world
         _exchange(chunks[send_c], chunks[recv_c], g)
     if flat.data_ptr() != tensor.data_ptr():  # non-contiguous input: copy the result back
+        tensor.copy_(flat.view(tensor.shape))
+    return tensor
+
+
+@torch.no_grad()
+def naive_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor:
+    """All-reduce ``tensor`` in place through rank 0, the parameter server; returns it.
+
+    Every rank sends its whole tensor to rank 0, which reduces in rank order
+    (``((x0 OP x1) OP x2) ...``) and sends the result back: rank 0's link carries
+    ``2(n-1)`` tensors, the ring's every link ``2(n-1)/n`` — the ring's whole point.
+    """
+    g = groups.resolve(group)
+    rank, world = g.rank(), g.size()
+    name = ops.normalize_op(op, "textbook.naive_all_reduce")
+    ops.check_dtype(tensor, name, "textbook.naive_all_reduce")
+    flat = tensor.contiguous().view(-1)  # (numel,)
+    if flat.numel() == 0:
+        return tensor
+    if rank == 0:
+        incoming = torch.empty_like(flat)
+        for r in range(1, world):  # one rank at a time, in rank order
+            p2p.recv(incoming, r, g)
+            ops.combine(name, flat, incoming)
+        ops.finish(name, flat, world)
+        for r in range(1, world):
+            p2p.send(flat, r, g)
+    else:
+        p2p.send(flat, 0, g)
+        p2p.recv(flat, 0, g)
+    if flat.data_ptr() != tensor.data_ptr():
         tensor.copy_(flat.view(tensor.shape))
     return tensor
 
@@ -102,8 +137,8 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None
         (world, tensor.numel()), dtype=tensor.dtype, device=tensor.device
     )  # (world, numel) rank-local
     rows[rank] = tensor.reshape(-1)
-    for step in range(world - 1):  # step s: send row r-s, receive row r-s-1 from the left
-        _exchange(rows[(rank - step) % world], rows[(rank - step - 1) % world], g)
+    for step in range(world - 1):  # step s: send row r+s, receive row r+s+1 from the right
+        _exchange(rows[(rank + step) % world], rows[(rank + step + 1) % world], g)
     for i, out in enumerate(tensor_list):
         out.copy_(rows[i].view(out.shape))
     return tensor_list
@@ -113,8 +148,8 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None
 def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op="sum", group=None):
     """``output`` on rank r = ``input_list[r]`` reduced over all ranks; returns ``output``.
 
-    The reduce-scatter half of the ring, with one row per rank: row c starts on rank c+1,
-    travels right collecting every rank's piece, and is finished on rank c.
+    The reduce-scatter half of the ring, with one row per rank: row c starts on rank c-1,
+    travels left collecting every rank's piece, and is finished on rank c.
     """
     g = groups.resolve(group)
     rank, world = g.rank(), g.size()
@@ -127,8 +162,8 @@ def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op="sum
         )
     rows = torch.stack([t.reshape(-1) for t in input_list])  # (world, numel) rank-local copy
     incoming = torch.empty_like(rows[0])  # (numel,)
-    for step in range(world - 1):  # step s: send row r-s-1, receive row r-s-2 and add mine
-        send_c, recv_c = (rank - step - 1) % world, (rank - step - 2) % world
+    for step in range(world - 1):  # step s: send row r+1+s, receive row r+2+s and add mine
+        send_c, recv_c = (rank + 1 + step) % world, (rank + 2 + step) % world
         _exchange(rows[send_c], incoming, g)
         ops.combine(name, rows[recv_c], incoming)
     ops.finish(name, rows[rank], world)
