@@ -75,10 +75,12 @@ def sharded_cli(prog: str, description: str, width: int, argv) -> argparse.Names
     return args
 
 
-def run_ranks(world: int, rank_main: Callable, args, report: Callable[[list], None]) -> None:
-    """Run ``rank_main(rank, world, args)`` on a fresh world of processes, report, time it."""
+def run_ranks(args, rank_main: Callable, report: Callable, numel: int) -> int:
+    """Run ``rank_main(rank, world, args)`` on a fresh world of ``args.world_size`` processes,
+    then ``report(results, world, numel, args.fsdp2)``; time it all. Returns 0 (exit code)."""
     t0 = time.perf_counter()
-    with ProcessWorld(world, timeout=300) as ranks:
+    with ProcessWorld(args.world_size, timeout=300) as ranks:
         results = ranks.run(rank_main, args)
-    report(results)
+    report(results, args.world_size, numel, args.fsdp2)
     print(f"\n(total {time.perf_counter() - t0:.0f} s)")
+    return 0

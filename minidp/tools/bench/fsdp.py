@@ -134,13 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         f"blocks, {args.budget:.0f} step-seconds at most); torch {torch.__version__}",
         flush=True,
     )
-    run_ranks(
-        args.world_size,
-        _rank_main,
-        args,
-        lambda results: report(results, args.world_size, numel, args.fsdp2),
-    )
-    return 0
+    return run_ranks(args, _rank_main, report, numel)
 
 
 if __name__ == "__main__":
