@@ -1,13 +1,9 @@
 """``DistributedDataParallel`` from hooks and buckets, checked bit for bit against torch's.
 
-* :class:`DistributedDataParallel` (``distributed.py``): the wrapper.
-* ``reducer.py``: gradient hooks, bucket launches during backward, the final wait.
-* ``buckets.py``: :func:`compute_bucket_assignment_by_size` and the flat buffers.
-* ``hooks.py``: comm hooks (``allreduce_hook``, ``fp16_compress_hook``).
-* ``sampler.py``: :class:`DistributedSampler`.
-* ``join.py``: uneven inputs across ranks: DDP's hook for torch's ``Join`` (re-exported
-  here as ``Join``; ``ddp.join()`` makes one).
-* ``simple.py``: :func:`allreduce_gradients`, DDP in ten lines (no overlap), to compare.
+Read ``distributed.py`` (the wrapper), ``reducer.py`` (hooks, launches, the final wait),
+``buckets.py``, then ``hooks.py`` (comm hooks), ``join.py`` (uneven inputs: DDP's hook for
+torch's ``Join``, re-exported here), ``sampler.py`` and ``simple.py``
+(:func:`allreduce_gradients`: no overlap, to compare). The book: ``minidp/textbook/ddp.py``.
 
 Watch one step: ``python -m minidp demo ddp``; measure: ``python -m minidp bench ddp``;
 test: ``pytest tests/test_ddp*.py tests/test_buckets.py tests/test_sampler.py``

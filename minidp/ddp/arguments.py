@@ -1,19 +1,10 @@
-"""DDP's constructor arguments, read the way torch reads them: one device per rank, buffers.
+"""DDP's constructor arguments, read the way torch 2.13-2.15 reads them, refused where it refuses.
 
-Why a file of its own: ``DistributedDataParallel(model, device_ids=[local_rank])`` is the
-line in nearly every real GPU script, so minidp takes torch's arguments in torch's order
-(``module, device_ids, output_device, dim, broadcast_buffers, init_sync, process_group,
-bucket_cap_mb, find_unused_parameters, check_reduction, gradient_as_bucket_view,
-static_graph``; torch 2.13–2.15) and refuses what torch refuses, with torch's meaning.
-What each decides:
-
-* ``device_ids``: the one device this rank's module lives on. Inputs are moved there
-  before the forward (:func:`to_device`), as torch does. Only for a single-device GPU
-  module; with a CPU module torch raises a ValueError, and so does minidp.
-* ``broadcast_buffers`` / ``forward_sync_buffers``: torch 2.13 renamed the first to the
-  second, with one difference — ``forward_sync_buffers=False`` still broadcasts buffers
-  once at construction, ``broadcast_buffers=False`` does not.
-* ``static_graph=True`` is refused (:func:`check_static_graph` says why and what to use).
+``device_ids`` is the one GPU this rank's module is on (inputs move there: :func:`to_device`;
+ids with a CPU module are a ValueError, as in torch). ``forward_sync_buffers=False`` (torch
+2.13's new name for ``broadcast_buffers``) still broadcasts buffers once at construction,
+``broadcast_buffers=False`` does not. ``static_graph=True`` is refused (see why in
+:func:`check_static_graph`).
 
 Test: ``pytest tests/test_ddp_arguments.py``
 """
@@ -29,12 +20,8 @@ WHO = "DistributedDataParallel"
 
 
 def device_ids_for(module: torch.nn.Module, device_ids, output_device) -> list[int] | None:
-    """The module's device index as a one-element list, or ``None`` (CPU or no ids given).
-
-    torch's rules: at most one id; ids only for a module whose parameters are all on one
-    GPU; ``output_device`` defaults to ``device_ids[0]`` (minidp's output stays where
-    the module puts it, as torch's does for a single-device module).
-    """
+    """The module's GPU index as a one-element list, or ``None`` (CPU, or no ids): torch's
+    rules, at most one id and only for a one-GPU module (the output stays where it is)."""
     if device_ids is not None and not isinstance(device_ids, (list, tuple)):
         raise TypeError(
             f"{WHO}: device_ids must be a list of one device (e.g. [local_rank]) or None, got "
@@ -79,11 +66,8 @@ def _index(device) -> int:
 
 
 def buffer_sync(broadcast_buffers: bool | None, forward_sync_buffers: bool | None) -> tuple:
-    """``(sync buffers before each forward, broadcast buffers at construction)``.
-
-    Both ``None``: both on. ``broadcast_buffers`` is deprecated in torch 2.13+, which warns
-    when it is passed; minidp warns the same way.
-    """
+    """``(sync buffers before each forward, broadcast at construction)``; both ``None``: both.
+    Passing ``broadcast_buffers`` warns, as torch 2.13+ does (it is deprecated there)."""
     if broadcast_buffers is not None:
         warnings.warn(
             "`broadcast_buffers` is deprecated (torch 2.13+). Use `forward_sync_buffers` "
@@ -126,8 +110,7 @@ def check_reduction_flag(check_reduction: bool) -> None:
 
 
 def to_device(obj: Any, device: torch.device) -> Any:
-    """``obj`` with every tensor in it on ``device``: tensors, and the tuples, named
-    tuples, lists and dicts that hold them (what torch's DDP moves); anything else as is."""
+    """``obj`` with every tensor in it (in tuples, named tuples, lists, dicts) on ``device``."""
     if isinstance(obj, torch.Tensor):
         return obj if obj.device == device else obj.to(device)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple

@@ -1,24 +1,11 @@
 """Buckets: which gradients travel together in one all-reduce, and the flat buffer they share.
 
-Why buckets: one all-reduce per parameter pays the per-message latency hundreds of times;
-one all-reduce for the whole model cannot start before the *last* gradient is ready. A
-bucket of ~25 MiB is the compromise from the PyTorch DDP paper: big enough to use the
-link well, small enough that the first bucket (the last layers) can be reduced while
-backward still computes the first layers.
-
-The rules below decide the bits, not only the speed: gloo's ring cuts each flat buffer
-into chunks whose size depends on the buffer's length, and which rank's value starts a
-chunk's sum decides the rounding. So minidp must build *exactly* torch's buckets:
-
-* :func:`compute_bucket_assignment_by_size`: walk the tensors in order, one open bucket
-  per (dtype, device); add the tensor, and close the bucket once its size is ``>=`` the
-  current limit (so a bucket may exceed its cap), then move on to the next limit of the
-  list (the last limit repeats). Without ``tensor_indices`` the buckets are sorted by
-  their smallest tensor index.
-* :class:`BucketCaps`: ``bucket_cap_mb`` (default 25 MiB) and the first-bucket cap (1 MiB,
-  but only when ``bucket_cap_mb`` was *not* given; otherwise equal to the cap), and which
-  limit lists the first layout and the rebuild use.
-* :class:`Bucket`: the flat buffer ``(numel,)`` and one view per parameter into it.
+A bucket (25 MiB by default) is reduced while backward still computes earlier layers. Its
+layout also decides the bits (gloo's ring chunks a buffer by its length, and a chunk's
+first rank decides the rounding), so minidp builds exactly torch's buckets:
+:func:`compute_bucket_assignment_by_size`, the limits of :class:`BucketCaps`, and
+:class:`Bucket`'s flat ``(numel,)`` buffer with one view per parameter. The book's buckets
+(one cap, no rebuild): ``minidp/textbook/ddp.py``.
 
 Test: ``pytest tests/test_buckets.py``
 """
@@ -46,19 +33,11 @@ def compute_bucket_assignment_by_size(
 ) -> tuple[list[list[int]], list[int]]:
     """Group tensors into buckets by size, like torch's ``_compute_bucket_assignment_by_size``.
 
-    Args:
-        tensors: the tensors (only numel, dtype and device are read), in the order to walk.
-        size_limits: bucket caps in bytes; the first bucket of each (dtype, device) uses
-            ``size_limits[0]``, the next one ``size_limits[1]``, ... the last limit repeats.
-        expect_sparse_gradient: per tensor *index*, True puts it alone in a bucket
-            (limit 0), as torch does for sparse embeddings.
-        tensor_indices: the index to report for ``tensors[i]`` (the rebuild passes the
-            parameters in gradient-ready order with their original indices). Empty: ``i``.
-
-    Returns:
-        ``(buckets, limits)``: lists of tensor indices, and the limit each bucket was
-        filled against. Without ``tensor_indices`` buckets are sorted by smallest index;
-        with them, closed buckets come in closing order, then the still-open ones.
+    Per (dtype, device), a bucket closes once its bytes reach its limit: ``size_limits[0]``
+    for the first, then the next, the last repeating. ``expect_sparse_gradient[index]``: a
+    bucket alone; ``tensor_indices``: the index to report for ``tensors[i]``. Returns the
+    buckets (tensor indices) and each one's limit; without ``tensor_indices`` sorted by
+    smallest index, else in closing order with the still-open ones last.
     """
     if len(tensors) == 0:
         raise ValueError("compute_bucket_assignment_by_size: expected at least one tensor, got 0")
@@ -70,8 +49,7 @@ def compute_bucket_assignment_by_size(
             f"entries but there are {len(tensors)} tensors — give one index per tensor"
         )
     result: list[tuple[list[int], int]] = []
-    # Open bucket per (dtype, device): [indices, bytes, limit], plus where in size_limits
-    # that key has got to. Keys stay in the dict once seen (insertion order = first seen).
+    # per (dtype, device): the open bucket [indices, bytes, limit], its place in size_limits
     open_buckets: dict[tuple, list] = {}
     limit_pos: dict[tuple, int] = {}
     for i, tensor in enumerate(tensors):
@@ -89,15 +67,12 @@ def compute_bucket_assignment_by_size(
             result.append((bucket[0], bucket[2]))
             open_buckets[key] = [[], 0, 0]
             limit_pos[key] = min(pos + 1, len(size_limits) - 1)
-    # Still-open buckets go last. torch emits them in its hash map's order, which for a
-    # handful of (dtype, device) keys is usually newest key first; with one dtype (every
-    # real model we test) there is only one, so the order cannot differ.
+    # still-open buckets last, newest key first (torch's hash-map order; one dtype: one key)
     for indices, _, limit in reversed(open_buckets.values()):
         if indices:
             result.append((indices, limit))
     if not tensor_indices:
-        # Tensors are in forward order, so sorting by smallest index keeps the buckets in
-        # the order their gradients will become ready (after DDP reverses the list).
+        # forward order; DDP reverses the list into gradient-ready order
         result.sort(key=lambda b: min(b[0]))
     return [b[0] for b in result], [b[1] for b in result]
 
@@ -123,14 +98,8 @@ class BucketCaps:
         return cls(cap, cap)
 
     def initial_limits(self, find_unused_parameters: bool) -> list[int]:
-        """Limits for the first layout, before any backward has shown the real order.
-
-        Without ``find_unused_parameters`` torch puts everything in ONE bucket for the
-        first iteration: parameter order is not gradient order (think of a model whose
-        ``forward`` uses its layers in another order than ``__init__`` made them), and a
-        wrong order could launch an all-reduce that waits on a gradient computed last.
-        The buckets are rebuilt in the order actually observed (``rebuild_limits``).
-        """
+        """Limits for the first layout: without ``find_unused_parameters``, ONE bucket as in
+        torch (parameter order need not be gradient order; the rebuild uses the real one)."""
         if not find_unused_parameters:
             return [sys.maxsize]
         if self.first_cap < self.cap:
@@ -156,13 +125,8 @@ def _is_dense(t: torch.Tensor) -> bool:
 
 
 def _views(flat: torch.Tensor, params: list[torch.Tensor], offsets: list[int]) -> list:
-    """One view per parameter into ``flat``, laid out like the parameter in memory.
-
-    A dense parameter (contiguous or, e.g., channels-last) gets a view with its own
-    strides, so element k of the parameter's memory is element ``offset + k`` of the
-    bucket, as in torch: the position decides which ring chunk (and so which summation
-    order) an element gets.
-    """
+    """One view per parameter into ``flat``; a dense one (e.g. channels-last) keeps its strides,
+    as in torch: an element's place decides its ring chunk, and so its summation order."""
     out = []
     for p, off in zip(params, offsets):
         if _is_dense(p):
@@ -173,22 +137,13 @@ def _views(flat: torch.Tensor, params: list[torch.Tensor], offsets: list[int]) -
 
 
 class Bucket:
-    """A group of parameters whose gradients are reduced together in one flat buffer.
-
-    Attributes:
-        index: position in launch order (0 = launched first = last layers).
-        indices: parameter indices (into DDP's parameter list), in buffer order.
-        params: the parameters themselves, same order.
-        offsets: start of each parameter's slot in ``buffer``, in elements.
-        buffer: ``(numel,)`` rank-local flat gradient buffer; all-reduced in place.
-        views: per parameter, a view of ``buffer`` shaped like the parameter.
-    """
+    """A group of parameters whose gradients are reduced together in one flat buffer."""
 
     def __init__(self, index: int, indices: list[int], params: list[torch.Tensor]) -> None:
-        self.index = index
-        self.indices = indices
+        self.index = index  # launch order: 0 = launched first = last layers
+        self.indices = indices  # into DDP's parameter list, in buffer order
         self.params = params
-        self.offsets: list[int] = []
+        self.offsets: list[int] = []  # each parameter's slot start in buffer, in elements
         total = 0
         for p in params:
             self.offsets.append(total)
@@ -214,11 +169,7 @@ class Bucket:
 def build_buckets(
     assignment: list[list[int]], params: list[torch.Tensor]
 ) -> tuple[list[Bucket], list[tuple[int, int]]]:
-    """Make the buckets for ``assignment``; also where each parameter lives.
-
-    Returns:
-        ``(buckets, locator)`` with ``locator[param_index] = (bucket index, position)``.
-    """
+    """``(buckets, locator)`` for ``assignment``: ``locator[param] = (bucket, position)``."""
     buckets = [Bucket(b, idx, [params[i] for i in idx]) for b, idx in enumerate(assignment)]
     locator: list[tuple[int, int]] = [(-1, -1)] * len(params)
     for bucket in buckets:
@@ -237,11 +188,8 @@ def bucket_of_params(assignment: list[list[int]], n_params: int) -> list[int]:
 
 
 def rank0_assignment(assignment: list[list[int]], n_params: int, group) -> list[list[int]]:
-    """Every rank adopts rank 0's layout (gradient-ready order may differ between ranks).
-
-    One broadcast of ``[indices..., number of buckets, bucket lengths...]``, padded to a
-    size every rank knows (``2 * n_params + 1``), so it cannot mismatch.
-    """
+    """Every rank adopts rank 0's layout (gradient-ready order may differ between ranks):
+    ``[indices..., n_buckets, lengths...]`` padded to ``2 * n_params + 1``, a known size."""
     packed = torch.full((2 * n_params + 1,), -1, dtype=torch.int64)
     packed[:n_params] = torch.tensor([i for b in assignment for i in b])
     packed[n_params] = len(assignment)

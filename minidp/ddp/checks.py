@@ -1,10 +1,8 @@
 """Checks that turn DDP's silent failures (hangs, garbage) into errors that say what to fix.
 
-Local checks run before any communication, on the module alone: nothing to train, mixed
-devices, wrapping a module twice. Cross-rank checks (:func:`verify_same_model`) gather a
-small table from every rank with ``all_gather``, so *every* rank sees every rank's table
-and raises the same error together. (If only the odd rank raised, the others would wait
-in the next collective for a peer that has gone: a hang, or a timeout minutes later.)
+Local checks look at the module alone, before any communication. Cross-rank checks
+(:func:`verify_same_model`) ``all_gather`` a small table, so *every* rank raises the same
+error together (if only the odd rank raised, the others would hang in the next collective).
 
 Test: ``pytest tests/test_ddp_errors.py``
 """
@@ -15,33 +13,16 @@ import weakref
 
 import torch
 
-from minidp.comm import all_gather
+from minidp.comm import all_gather, ops
 
-# Modules wrapped by a live minidp DDP (weak: a dropped wrapper frees its module).
-_wrapped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_DTYPES = [
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.complex64,
-    torch.complex128,
-    torch.int8,
-    torch.uint8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.bool,
-]
+_wrapped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> its live DDP
+_DTYPES = [*ops.DTYPES, torch.complex64, torch.complex128, torch.bool]  # + a buffer's others
 _DIMS = 7  # shape dims kept in the table; more are folded into numel
 
 
 def trainable_parameters(module: torch.nn.Module) -> tuple[list, list[str]]:
     """Parameters that require grad, module by module, tied ones once; and their names.
-
-    The order (``named_modules()``, then each module's own parameters) is torch's: it
-    decides the first bucket layout, so it must match for the bits to match.
-    """
+    torch's order: it decides the first bucket layout, so the bits depend on it."""
     names = {}
     for name, p in module.named_parameters():  # first name wins for tied parameters
         names.setdefault(p, name)
@@ -122,14 +103,9 @@ def verify_same_model(
     group, params: list, names: list[str], bucket_of: list[int], buffers=None, options=None
 ) -> None:
     """Raise on every rank unless all ranks have the same parameters and bucket layout, and
-    (if given) the same buffers ``[(name, tensor)]`` and boolean ``options`` ``{name: value}``.
-
-    Two ``all_gather`` calls: first the counts and options (fixed size, so it cannot itself
-    mismatch), then one row per parameter and buffer (shape, dtype, bucket). Buffers are
-    checked because the broadcast that follows sends them as one flat tensor per dtype: a
-    buffer of another shape would shift every value after it. Options that change which
-    collectives a step runs (``find_unused_parameters``, ``broadcast_buffers``) must agree,
-    or the ranks would wait for each other's collectives in different channels (a hang).
+    (if given) the same buffers ``[(name, tensor)]`` and boolean ``options`` ``{name: value}``:
+    first the counts and options (fixed size, cannot mismatch), then a row (shape, dtype,
+    bucket) per parameter and buffer (buffers travel flat: a misshapen one shifts the rest).
     """
     world, rank = group.size(), group.rank()
     if world == 1:

@@ -1,26 +1,12 @@
 """``DistributedDataParallel``: one model replica per rank, gradients averaged during backward.
 
-Use it like torch's — same arguments, in the same order::
-
     model = minidp.DistributedDataParallel(net.to(local_rank), device_ids=[local_rank])
     loss_fn(model(x), y).backward()                     # gradients are averaged here
-    optimizer.step()
 
-(on CPU: ``minidp.DistributedDataParallel(net)``; ``arguments.py`` reads the arguments.)
-
-What the wrapper itself does (the reducer does the rest, see ``reducer.py``):
-
-* construction: check the module; check across ranks that every rank has the same
-  parameters (name the rank and the parameter otherwise); broadcast parameters and
-  buffers from rank 0, so every replica starts identical; build buckets and hooks;
-* every forward: move the inputs to ``device_ids[0]``, broadcast buffers from rank 0
-  (BatchNorm statistics), run the module, then arm the reducer for the backward that
-  follows;
-* uneven inputs: it is a ``torch.distributed.algorithms.join.Joinable``, so torch's
-  ``Join([model, optimizer])`` (and ``model.join()``) work with it (``join.py``).
-
-Its parameters after each step are bit-identical to ``torch.nn.parallel.
-DistributedDataParallel`` on gloo (same buckets, same scaling, same summation order).
+Construction checks that the ranks' models match (``checks.py``) and broadcasts rank 0's
+state; each forward broadcasts buffers and arms the reducer (``reducer.py``); ``Join``
+works (``join.py``). Parameters match torch's DDP on gloo bit for bit. The book's DDP in
+one screen: ``minidp/textbook/ddp.py``.
 
 Test: ``pytest tests/test_ddp.py``; watch: ``python -m minidp demo ddp``
 """
@@ -47,40 +33,15 @@ ALGORITHMS = ("auto", "ring", "naive")
 class DistributedDataParallel(torch.nn.Module, Joinable):
     """Data parallelism across processes: same model everywhere, averaged gradients.
 
-    torch's arguments, in torch's order (torch 2.13-2.15):
-        module: the model replica on this rank (same architecture on every rank).
-        device_ids: ``[local_rank]`` for a module on one GPU (inputs are moved there);
-            ``None`` for a CPU module (torch and minidp refuse ids there).
-        output_device: ``device_ids[0]`` by default; only with ``device_ids``.
-        dim: kept for torch's signature (torch scatters along it for multi-device modules).
-        broadcast_buffers: deprecated in torch 2.13 for ``forward_sync_buffers``; ``False``
-            also skips the buffers' broadcast at construction.
-        init_sync: ``False`` skips the start-up check and broadcast (replicas must already
-            be identical).
-        process_group: group to synchronize over; ``None``: the current/default group.
-        bucket_cap_mb: bucket size cap in MiB (default 25, with a 1 MiB first bucket).
-        find_unused_parameters: walk the autograd graph after each forward and mark
-            parameters it does not reach as ready (needed when some go unused).
-        check_reduction: deprecated and ignored, as in torch (a FutureWarning).
-        gradient_as_bucket_view: make ``.grad`` a view into the bucket (saves one copy and
-            the memory of one gradient set).
-        static_graph: only ``False``; ``True`` is refused (``arguments.check_static_graph``).
+    torch's arguments in torch's order (2.13-2.15), read by ``arguments.py``: e.g.
+    ``bucket_cap_mb`` (25 MiB, first bucket 1 MiB), ``find_unused_parameters``
+    (``unused.py``), ``gradient_as_bucket_view`` (``.grad`` views the bucket: one copy less).
+    minidp's own, keyword-only: ``algorithm`` "auto" (one exchange up to 256 KiB, else the
+    ring; both bit-exact with gloo), "ring" or "naive" (parameter server, to compare), and
+    ``overlap=False`` (no all-reduce before backward ends: the baseline).
 
-    torch's keyword-only extras that minidp follows: ``forward_sync_buffers`` (broadcast
-    buffers from rank 0 before each forward; skipped right after a forward under
-    ``no_grad``/``no_sync``) and ``device_mesh`` (a 1-D mesh instead of a group).
-
-    minidp's own, keyword-only:
-        algorithm: "auto" (default: buckets up to 256 KiB in one exchange, bigger ones round
-            the ring; both bit-exact with gloo, see ``minidp.comm.all_reduce``), "ring"
-            (always the ring) or "naive" (parameter server, to compare).
-        overlap: ``False`` launches no all-reduce before backward has finished — the
-            baseline that shows what overlapping communication with backward buys.
-
-    Raises:
-        RuntimeError, ValueError: for modules it cannot wrap, arguments torch refuses, and
-            (on every rank) when the ranks' models or bucket layouts differ. See
-            ``checks.py`` and ``arguments.py``.
+    Raises RuntimeError or ValueError, on every rank, for modules it cannot wrap, arguments
+    torch refuses, and ranks whose models or bucket layouts differ (``checks.py``).
     """
 
     def __init__(
@@ -156,8 +117,7 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
                 "broadcast_buffers": self.forward_sync_buffers,
             }
             checks.verify_same_model(self.process_group, params, names, bucket_of, buffers, options)
-            # Every replica starts from rank 0's weights: all parameters, frozen ones too.
-            states = [p.detach() for p in module.parameters()]
+            states = [p.detach() for p in module.parameters()]  # rank 0's, frozen ones too
             if init_sync_buffers:
                 states += [b.detach() for b in module.buffers()]
             self._broadcast_coalesced(states)
@@ -176,8 +136,7 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
 
     def forward(self, *inputs, **kwargs):
         grad_enabled = torch.is_grad_enabled()
-        # Under Join: "I am still training" (ranks that ran out of data shadow us). The
-        # count it all-reduces is the divisor when dividing by the ranks still training.
+        # Under Join: "I am still training"; the count of such ranks may be the divisor
         work = Join.notify_join_context(self)
         if work is not None and not self._divide_by_initial_world_size:
             self.reducer.div_factor = int(work.get_future().wait()[0].item())
@@ -194,17 +153,13 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
             inputs, kwargs = arguments.to_device((inputs, kwargs), device)
         with trace.span("forward", lane="compute"):
             output = self.module(*inputs, **kwargs)
-        # The FORWARD decides whether the next backward synchronizes: that is why, with
-        # no_sync(), the forward must run inside the context too. A forward outside arms
-        # the hooks, and the backward then all-reduces even if it runs inside.
+        # This forward decides if the next backward syncs: under no_sync(), run it inside too
         if grad_enabled and self.require_backward_grad_sync:
             self.require_forward_param_sync = True
             self.reducer.prepare_for_backward(output)
         else:
             self.require_forward_param_sync = False
         return output
-
-    # ---- uneven inputs: torch's Join ----------------------------------------------------
 
     def join(
         self,
@@ -236,11 +191,8 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
-        """Accumulate gradients locally (no communication) for forwards run inside.
-
-        The first synchronized backward afterwards reduces the accumulated sum. Put the
-        forward inside the block too (see ``forward``).
-        """
+        """Accumulate gradients locally for forwards run inside (put the forward inside too);
+        the next synchronized backward reduces the accumulated sum."""
         previous = self.require_backward_grad_sync
         self.require_backward_grad_sync = False
         try:
@@ -249,10 +201,7 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
             self.require_backward_grad_sync = previous
 
     def register_comm_hook(self, state: object, hook: Callable) -> None:
-        """Reduce each bucket with ``hook(state, bucket) -> Future[Tensor]`` (once only).
-
-        See ``minidp.ddp.hooks`` for the bucket API and the built-in hooks.
-        """
+        """Reduce each bucket with ``hook(state, bucket) -> Future[Tensor]`` (once; hooks.py)."""
         if not callable(hook):
             raise TypeError(f"register_comm_hook: hook must be callable, got {hook!r}")
         if self._comm_hook_set:
@@ -264,8 +213,6 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
             raise RuntimeError("register_comm_hook: cannot change the hook during a backward")
         self._comm_hook_set = True
         self.reducer.comm_hook, self.reducer.comm_state = hook, state
-
-    # ---- buffers ---------------------------------------------------------------------
 
     def _will_sync_buffers(self) -> bool:
         """Buffers are broadcast before this forward (torch's ``will_sync_module_buffers``)."""

@@ -1,21 +1,10 @@
 """Communication hooks: replace "average this bucket" with your own algorithm.
 
-A hook is ``hook(state, bucket) -> torch.futures.Future[Tensor]``, registered with
-``ddp.register_comm_hook(state, hook)``, exactly torch's signature. ``bucket`` is a
-:class:`GradBucket`; the future's value is the reduced flat buffer (same numel), which
-DDP then writes into the parameters' ``.grad``.
-
-Differences from torch, and why:
-
-* the hook runs on DDP's communication thread, in bucket order (torch calls it on the
-  autograd thread and expects it to start *asynchronous* work). minidp collectives
-  block, so running the hook where blocking is harmless keeps hooks plain code; an
-  already-completed Future is a fine return value (:func:`all_reduce_future`).
-* ``state=None`` means DDP's own group (the comm thread runs inside ``use_group``).
-
-With a hook, DDP copies gradients into the bucket *without* the ``1/world_size`` factor:
-averaging is the hook's job (``allreduce_hook`` divides the buffer before the sum, as
-torch's does — ``x / n`` then, not ``x * (1/n)``, which is why the bits still match).
+torch's ``ddp.register_comm_hook(state, hook)``, ``hook(state, bucket) -> Future[Tensor]``
+(the reduced flat buffer); gradients then come unscaled and the hook averages
+(``allreduce_hook`` divides first, as torch's, so the bits match). Unlike torch's, hooks
+run on DDP's comm thread, where minidp's blocking collectives are harmless, so a completed
+Future will do (:func:`all_reduce_future`). ``state=None``: DDP's group.
 
 Try: ``python -m minidp demo ddp``; test: ``pytest tests/test_ddp.py -k hook``
 """
@@ -66,8 +55,7 @@ class GradBucket:
 
 
 def all_reduce_future(tensor: torch.Tensor, group=None) -> torch.futures.Future:
-    """Sum ``tensor`` over the group in place (``minidp.comm.all_reduce``: one exchange up to
-    256 KiB, else the ring); return a completed Future."""
+    """Sum ``tensor`` over the group in place (``minidp.comm.all_reduce``); a completed Future."""
     all_reduce(tensor, "sum", group)
     fut: torch.futures.Future = torch.futures.Future()
     fut.set_result(tensor)
@@ -95,11 +83,8 @@ def _compress_hook(dtype: torch.dtype, process_group, bucket: GradBucket):
 
 
 def fp16_compress_hook(process_group, bucket: GradBucket) -> torch.futures.Future:
-    """Cast the bucket to float16, divide by the world size, all-reduce, cast back.
-
-    Half the bytes per all-reduce; the price is float16 rounding of each gradient and of
-    every partial sum (about 3 decimal digits).
-    """
+    """Cast to float16, divide by the world size, all-reduce, cast back: half the bytes, at
+    the price of float16 rounding (about 3 digits) of each gradient and partial sum."""
     return _compress_hook(torch.float16, process_group, bucket)
 
 

@@ -1,29 +1,10 @@
 """Uneven inputs: ranks that run out of batches *shadow* the collectives of the others.
 
-The problem: every DDP iteration is a fixed sequence of collectives (bucket all-reduces,
-buffer broadcasts). If rank 1 has 10 batches and rank 0 has 9, rank 1's tenth backward
-waits for rank 0's all-reduce forever.
-
-The fix is torch's ``Join`` context manager (``torch.distributed.algorithms.join``), and
-minidp's DDP is one of its ``Joinable`` objects, so the line a script already has works:
-``with Join([ddp_model, optimizer]):`` — with minidp's or torch's DDP and
-ZeroRedundancyOptimizer, in any mix — and so does ``with ddp_model.join():``.
-
-How it works. Every forward of a rank still training tells the context "I am here" (an
-all-reduce of 1, made by ``Join.notify_join_context``). A rank whose loop has ended
-enters ``Join.__exit__`` and, while that count is not 0, runs each joinable's
-:meth:`DDPJoinHook.main_hook` — for DDP, one iteration's collectives, in forward order:
-
-    rebuild the buckets if due (a broadcast), broadcast buffers from the highest rank
-    still training, all-reduce 0 (answers "will you sync this backward?"), then
-    all-reduce a zero bucket for every bucket, in order (the others' backward)
-
-Zeros change no sum, so the ranks still training see the average of their own gradients,
-divided by the *initial* world size (or, with ``divide_by_initial_world_size=False``, by
-the number of ranks still training: the "I am here" count). When every rank has joined,
-:meth:`DDPJoinHook.post_hook` makes every replica take the parameters of the last rank to
-join. ``throw_on_early_termination=True``: the first rank to run out makes every rank
-raise instead (``Join`` does that itself).
+minidp's DDP is a ``Joinable`` of torch's ``Join``, so ``with Join([ddp_model, optimizer]):``
+(minidp's or torch's DDP and ZeRO, in any mix) and ``with ddp_model.join():`` work. While
+ranks still train (each forward all-reduces a 1), a joined rank runs
+:meth:`DDPJoinHook.main_hook`: their collectives with zeros, which change no sum;
+:meth:`DDPJoinHook.post_hook` then gives every rank the last joiner's parameters.
 
 Test: ``pytest tests/test_ddp_join.py``
 """
@@ -37,13 +18,7 @@ from minidp.comm import all_reduce
 
 
 class DDPJoinHook(JoinHook):
-    """What a joined rank runs for minidp's DDP (``ddp.join_hook(...)`` makes one).
-
-    Args:
-        ddp: the ``minidp.DistributedDataParallel`` being trained.
-        divide_by_initial_world_size: keep dividing gradients by the initial world size
-            (every sample weighs the same), or by the ranks still training.
-    """
+    """What a joined rank runs for minidp's DDP (``ddp.join_hook(...)`` makes one)."""
 
     def __init__(self, ddp, divide_by_initial_world_size: bool = True) -> None:
         super().__init__()

@@ -1,26 +1,14 @@
 """The reducer: gradient-ready hooks fill buckets, full buckets are all-reduced during backward.
 
-One iteration, seen from here::
-
     forward                 prepare_for_backward(): every bucket pending, hooks armed
     backward, per param     hook: copy grad * (1/world_size) into the bucket's slot
                             bucket full -> launch it (in index order) on the comm thread
     last bucket launched    finalize: wait for every bucket, write results into .grad
 
-The rules, and why each one exists:
-
-* **Multiply by 1/world_size while copying, before the sum.** The copy has to happen
-  anyway, so the scaling is free there; and summing already-scaled values keeps fp16
-  sums from overflowing. It also fixes the bits: ``sum(g_r * (1/n))`` is not
-  ``sum(g_r) / n`` in floating point, and torch does the former.
-* **Launch strictly in bucket-index order**, even if a later bucket fills first. Every
-  rank must run the same all-reduces in the same order; gradients can become ready in a
-  different order on different ranks (threads, unused parameters), bucket indices cannot.
-* **Wait at the end of backward, not earlier**: the optimizer needs every averaged
-  gradient, and nothing before it does.
-* **Rebuild once**, after the first iteration: the first layout is a guess from the
-  parameter order; the second uses the order gradients really arrived in (rank 0's,
-  broadcast so every rank agrees).
+As in torch: scaling while copying is free and gives torch's bits (``sum(g * (1/n))`` is
+not ``sum(g) / n``); buckets launch in index order, as ranks may see gradients ready in
+other orders; one rebuild after the first iteration, in rank 0's ready order. The book's
+reducer (no rebuild, no unused parameters): ``minidp/textbook/ddp.py``.
 
 Test: ``pytest tests/test_ddp.py``; watch it: ``python -m minidp demo ddp``
 """
@@ -58,12 +46,9 @@ class Reducer:
         self.comm_hook = None
         self.comm_state = None
         self.comm = CommThread(group)
-        # buckets go strictly in index order (see launch_queue.py), each as an all-reduce
         self.queue = LaunchQueue(self.comm, self._launch, in_order=True)
-        # First layout: buckets are made in parameter order, then REVERSED, because
-        # backward produces the last layers' gradients first.
         first, _ = bk.compute_bucket_assignment_by_size(params, caps.initial_limits(find_unused))
-        self.assignment = list(reversed(first))
+        self.assignment = list(reversed(first))  # backward makes the last layers' grads first
         self.buckets: list[bk.Bucket] = []
         self.locator: list[tuple[int, int]] = []
         self.has_rebuilt = False
@@ -76,8 +61,6 @@ class Reducer:
         self.local_used = torch.zeros(len(params), dtype=torch.int32)  # (n_params,) rank-local
         self.used_future = None
         self._handles: list = []
-
-    # ---- set-up ---------------------------------------------------------------------
 
     def install(self) -> None:
         """Allocate the buckets and register one post-accumulate-grad hook per parameter."""
@@ -99,9 +82,7 @@ class Reducer:
     def _set_buckets(self, assignment: list[list[int]]) -> None:
         self.assignment = assignment
         self.buckets, self.locator = bk.build_buckets(assignment, self.params)
-        if self.gradient_as_bucket_view:
-            # Existing gradients move into the new buckets, and .grad becomes the view,
-            # so in-place accumulation (zero_grad(set_to_none=False)) lands in the bucket.
+        if self.gradient_as_bucket_view:  # .grad moves into the bucket and becomes the view
             with torch.no_grad():
                 for bucket in self.buckets:
                     for p, view in zip(bucket.params, bucket.views):
@@ -129,7 +110,7 @@ class Reducer:
         self.ready.clear()
         self.used_future = None
         self.queue.start([len(b.params) for b in self.buckets], hold=not self.overlap)
-        if trace.active:  # the layout this backward fills: a trace shows which grads go where
+        if trace.active:  # which grads go into which bucket
             layout = [
                 {"bucket": b.index, "bytes": b.nbytes, "params": [self.names[i] for i in b.indices]}
                 for b in self.buckets
@@ -147,8 +128,7 @@ class Reducer:
                 f"{len(self.params)} parameters"
             )
         tensors = [self.params[i] for i in order]
-        # No reversal here: the ready order already starts with the last layers.
-        assignment, _ = bk.compute_bucket_assignment_by_size(
+        assignment, _ = bk.compute_bucket_assignment_by_size(  # ready order: not reversed
             tensors, self.caps.rebuild_limits(), tensor_indices=order
         )
         self._set_buckets(bk.rank0_assignment(assignment, len(self.params), self.group))
@@ -187,8 +167,7 @@ class Reducer:
         self._copy_in(self.buckets[b], pos)
         self.queue.ready(b)
         if self.queue.all_launched:
-            if self.find_unused:  # which parameters did *any* rank use? (globally unused
-                # ones keep .grad as it is)
+            if self.find_unused:  # which parameters did any rank use? (the rest keep .grad)
                 self.used_future = self.comm.submit(self._reduce_used, self.local_used.clone())
             self._finalize()
 
@@ -245,8 +224,6 @@ class Reducer:
 
     def _reduce_used(self, used: torch.Tensor) -> torch.Tensor:
         return all_reduce(used, "sum", self.group, self.algorithm)  # (n_params,) int32
-
-    # ---- end of backward ------------------------------------------------------------
 
     def _finalize(self) -> None:
         self.expect_hooks = False

@@ -1,16 +1,10 @@
 """``DistributedSampler``: give each rank its own slice of the dataset, the same way torch does.
 
-Every rank builds the same index list (same seed + epoch → same permutation), makes its
-length a multiple of the world size (pad by repeating the head, or drop the tail), and
-takes every ``num_replicas``-th index starting at its rank::
+One permutation on every rank (seed + epoch), padded by repeating its head (or cut) to a
+multiple of the world size; each rank takes every ``num_replicas``-th index from its rank
+on, so all get as many (the idea alone: ``minidp/textbook/sampler.py``)::
 
     len 10, 3 ranks, no shuffle:  rank 0 [0, 3, 6, 9]   rank 1 [1, 4, 7, 0]   rank 2 [2, 5, 8, 1]
-
-Why every rank gets the same number of samples: DDP runs one all-reduce per step on every
-rank; a rank with one batch fewer would leave the others waiting in the last step.
-
-Why ``set_epoch``: the permutation is seeded with ``seed + epoch``; without calling it every
-epoch, every epoch sees the same order.
 
 Test: ``pytest tests/test_sampler.py``
 """
@@ -26,16 +20,8 @@ from minidp.comm import group as groups
 
 
 class DistributedSampler(torch.utils.data.Sampler):
-    """Indices of this rank's share of ``dataset`` (identical to torch's sampler).
-
-    Args:
-        dataset: anything with ``len()``.
-        num_replicas: number of ranks (default: the current group's size).
-        rank: this rank (default: the current group's rank).
-        shuffle: permute the indices with ``torch.randperm`` seeded by ``seed + epoch``.
-        seed: same on every rank.
-        drop_last: cut the tail to a multiple of ``num_replicas`` instead of padding.
-    """
+    """Indices of this rank's share of ``dataset`` (identical to torch's sampler); call
+    ``set_epoch`` every epoch, or every epoch sees the same order."""
 
     def __init__(
         self,
@@ -82,8 +68,7 @@ class DistributedSampler(torch.utils.data.Sampler):
         if self.drop_last:
             indices = indices[: self.total_size]
         elif self.total_size > n:
-            # Pad by repeating from the start (several times over if the dataset is tiny).
-            padding = self.total_size - n
+            padding = self.total_size - n  # repeated from the start, again if n is tiny
             indices += (indices * math.ceil(padding / n))[:padding]
         return iter(indices[self.rank : self.total_size : self.num_replicas])
 

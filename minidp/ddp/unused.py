@@ -1,13 +1,8 @@
 """Which parameters did this forward use? Walk the autograd graph from the outputs.
 
-Why: DDP waits until every bucket is full before it can finish. A parameter the forward
-did not touch (a skipped branch, a frozen-by-control-flow head) never gets a gradient,
-so its bucket would wait forever. With ``find_unused_parameters=True`` DDP walks the
-graph right after the forward: every ``AccumulateGrad`` node reachable from the outputs
-belongs to a used parameter; the others are marked ready at once, their bucket slot
-holding zeros, so the all-reduce still happens (other ranks may have used them).
-
-The walk costs one visit per graph node per iteration, which is why it is opt-in.
+A parameter the forward did not touch gets no gradient, so its bucket would wait forever.
+With ``find_unused_parameters=True`` (opt-in: a walk per forward) the parameters of no
+reachable ``AccumulateGrad`` node are ready at once, their slots zero.
 
 Test: ``pytest tests/test_ddp.py -k unused``
 """
