@@ -4,11 +4,8 @@ Run it: ``python -m minidp demo dp --devices 4 --batch 8``
 Test it: ``pytest tests/test_dp*.py``
 Bench it: ``python -m minidp bench dp``
 
-Read in this order: :mod:`~minidp.dp.scatter`, :mod:`~minidp.dp.replicate`,
-:mod:`~minidp.dp.parallel_apply`, :mod:`~minidp.dp.gather`, then
-:mod:`~minidp.dp.data_parallel`, which chains them; the planner's
-``minidp.tools.planner.dp_memory.memory_report`` shows where the bytes end up.
-``device_ids=["cpu"] * n`` simulates ``n`` devices with ``n`` threads.
+Read ``scatter``, ``replicate``, ``parallel_apply``, ``gather``, then ``data_parallel``,
+which chains them. ``device_ids=["cpu"] * n`` simulates ``n`` devices with ``n`` threads.
 """
 
 from minidp.dp.data_parallel import DataParallel

@@ -10,14 +10,10 @@ Every forward does the whole pipeline again::
     parallel_apply   replica i runs on chunk i, one thread each
     gather           outputs -> one output on output_device (concatenated along dim)
 
-and ``loss.backward()`` runs it backwards: the gathered gradient is cut per replica, each
-replica computes its parameters' gradients, and the broadcast's backward adds them up on
-device_ids[0], into ``module``'s ``.grad``. The optimizer then steps the one real model.
-
-Devices: CUDA indices / devices, or ``"cpu"`` repeated to *simulate* devices
-(``device_ids=["cpu"] * 4``: four replicas on four threads). ``device_ids=None`` means every
-visible GPU; with none, the module runs unchanged, exactly like ``torch.nn.DataParallel``
-on a machine without an accelerator.
+and ``loss.backward()`` runs it backwards, summing the replicas' gradients into
+``module``'s ``.grad`` on device_ids[0]. ``device_ids``: CUDA devices, or ``["cpu"] * n``
+to simulate n; ``None``: every visible GPU (with none, the plain module, as torch's). The
+book's version in one function: ``minidp/textbook/dp.py``.
 """
 
 from __future__ import annotations
@@ -38,13 +34,7 @@ from minidp.dp.scatter import scatter_kwargs
 class DataParallel(nn.Module):
     """Split the batch across devices, run a replica of ``module`` on each, gather outputs.
 
-    Args:
-        module: the model; its parameters and buffers must be on ``device_ids[0]``.
-        device_ids: devices to use (``None``: every visible GPU, or none at all).
-        output_device: where the gathered output lives (default ``device_ids[0]``).
-        dim: the batch dimension of inputs and outputs.
-
-    Example::
+    On 4 simulated devices::
 
         model = minidp.DataParallel(nn.Linear(8, 2), device_ids=["cpu"] * 4)
         out = model(torch.randn(10, 8))   # chunks of 3, 3, 3, 1 rows on 4 replicas

@@ -2,12 +2,8 @@
 
 Test: ``pytest tests/test_dp_data_parallel.py -k device``
 
-``torch.nn.DataParallel`` only knows accelerator indices. minidp also accepts ``"cpu"``
-any number of times: ``device_ids=["cpu"] * 4`` means four *simulated* devices, four
-replicas running on four threads of this process, so the whole pipeline can be watched
-on a laptop. A simulated device is a *slot*: slot ``i`` is replica ``i``; all slots share
-the machine's memory, so the planner's byte counts (``minidp.tools.planner.dp_memory``)
-are counted per slot.
+Besides torch's CUDA indices, ``"cpu"`` may repeat: ``["cpu"] * 4`` is four *simulated*
+devices (slots), four replicas on four threads sharing the machine's memory.
 """
 
 from __future__ import annotations
@@ -27,12 +23,7 @@ def gpu_count() -> int:
 
 
 def as_device(device: DeviceLike) -> torch.device:
-    """Turn a device id into a ``torch.device``: ``1`` -> ``cuda:1``, ``"cpu"`` -> ``cpu``.
-
-    Raises:
-        RuntimeError: a CUDA device that this process cannot see.
-        ValueError: anything that is not a CPU or CUDA device.
-    """
+    """Turn a device id into a ``torch.device``: ``1`` -> ``cuda:1``, ``"cpu"`` -> ``cpu``."""
     if isinstance(device, bool) or not isinstance(device, int | str | torch.device):
         raise ValueError(
             f"DataParallel: expected a device id (int, str or torch.device) but got "
@@ -64,11 +55,7 @@ def as_device(device: DeviceLike) -> torch.device:
 
 
 def as_devices(device_ids: Sequence[DeviceLike]) -> list[torch.device]:
-    """Normalise a list of device ids; all must be of one type (all CUDA or all CPU).
-
-    Raises:
-        ValueError: an empty list, or CPU and CUDA devices mixed.
-    """
+    """Normalise a non-empty list of device ids, all CUDA or all CPU."""
     if isinstance(device_ids, str | int | torch.device):
         raise ValueError(
             f"DataParallel: expected a list of device ids but got {device_ids!r} — "
@@ -100,12 +87,8 @@ def slot_label(devices: Sequence[torch.device], slot: int) -> str:
 def official_data_parallel(module: torch.nn.Module, devices: Sequence[torch.device]):
     """torch's ``DataParallel`` on the same devices as a minidp ``DataParallel``, to compare.
 
-    CUDA devices: ``torch.nn.DataParallel(module, device_ids=<their indices>)`` (``module``
-    must already be on the first). Simulated ``"cpu"`` devices: torch's wrapper cannot
-    simulate devices; in a process that sees no GPU, ``torch.nn.DataParallel(module)``
-    *is* the plain module on the full batch, so that is what this returns — chosen here
-    by the devices asked for, not by what the machine has (with a GPU present, torch's
-    wrapper would move to ``cuda:0`` and refuse a CPU module).
+    On simulated ``"cpu"`` devices that is the plain module (torch's wrapper without a GPU),
+    chosen by the devices asked for, not the machine (with a GPU, torch's would refuse).
     """
     devices = [torch.device(d) for d in devices]
     if all(d.type == "cpu" for d in devices):

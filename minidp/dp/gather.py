@@ -2,20 +2,11 @@
 
 Test: ``pytest tests/test_dp_scatter_gather.py -k gather``
 
-Same rules as ``torch.nn.parallel.gather``:
-
-* tensors are moved to ``target_device`` and concatenated along ``dim``. If every output is
-  a 0-dim tensor (a per-replica loss, say) and ``dim == 0``, each becomes a 1-element
-  vector first, with a warning: the result has one entry per replica, not a scalar;
-* dicts are gathered key by key, namedtuples / tuples / lists member by member;
-* ``None`` gathers to ``None``.
-
-Errors say what did not match: dicts with different keys (torch only checks the key
-*count*), containers of different lengths, tensors whose other dims differ, and types that
-cannot be concatenated (a Python float, a string).
-
-The backward pass needs nothing special: ``torch.cat`` hands each replica the slice of the
-gradient that matches its rows, and ``.to`` sends it back to the replica's device.
+torch's rules (``torch.nn.parallel.gather``): tensors are concatenated along ``dim`` on
+``target_device`` (0-dim ones, e.g. per-replica losses, become a vector, with a warning);
+dicts key by key, sequences member by member, ``None`` to ``None``. Errors name what did
+not match, including dicts with other keys (torch checks only the count). Backward is
+``torch.cat``'s and ``.to``'s: each replica gets its rows' slice of the gradient.
 """
 
 from __future__ import annotations
@@ -59,16 +50,7 @@ def gather_tensors(tensors: list[torch.Tensor], target: torch.device, dim: int) 
 
 
 def gather(outputs: list[Any], target_device: DeviceLike, dim: int = 0) -> Any:
-    """Merge one output per replica into one output on ``target_device``.
-
-    Args:
-        outputs: the replicas' outputs, in replica order, all of the same structure.
-        target_device: where the result lives (PyTorch's ``output_device``).
-        dim: the batch dimension to concatenate along.
-
-    Raises:
-        ValueError: the outputs cannot be put together (see the module docstring).
-    """
+    """Merge the replicas' outputs (in replica order, one structure) on ``target_device``."""
     target = as_device(target_device)
 
     def gather_map(outs: list[Any]) -> Any:

@@ -2,22 +2,12 @@
 
 Test: ``pytest tests/test_dp_parallel_apply.py``
 
-Threads, not processes: every replica lives in this process and the GIL is released inside
-torch's kernels, so on GPUs the threads mostly just *launch* kernels on their own device.
-Two things a new thread does not inherit and must be handed over explicitly:
-
-* **grad mode** and **autocast** are thread-local in torch: a thread started inside
-  ``torch.no_grad()`` would otherwise build a graph, and one started inside ``autocast``
-  would compute in float32;
-* on CUDA, the **current device and stream**: each thread selects its replica's GPU and the
-  stream the caller was using on it.
-
-If a replica raises, the exception is caught in its thread and re-raised here, in the
-caller, with the same type and a message naming the replica and the device, followed by
-the replica's original traceback. When several replicas fail, the lowest index wins.
-
-Threads share torch's global RNG: dropout inside replicas draws from one generator in an
-order the scheduler picks, so random ops are not reproducible run to run.
+Threads, not processes: torch's kernels release the GIL, so on GPUs the threads mostly
+launch kernels. A thread does not inherit grad mode, autocast (thread-local in torch) or,
+on CUDA, the current device and stream, so each gets the caller's. A replica's exception
+is re-raised in the caller, same type, naming the replica and device, with its traceback
+(the lowest failing index wins). Threads share torch's global RNG, so dropout is not
+reproducible run to run.
 """
 
 from __future__ import annotations
@@ -34,8 +24,7 @@ from minidp.dp.devices import DeviceLike, as_device
 
 
 class _Verbatim(str):
-    """A message whose ``repr`` is itself: ``KeyError`` prints ``repr(arg)``, which would
-    show the traceback as one long line full of ``\\n``."""
+    """A message whose ``repr`` is itself (``KeyError`` would print the traceback's ``\\n``)."""
 
     def __repr__(self) -> str:
         return str(self)
@@ -75,8 +64,7 @@ def _find_tensor(obj: Any) -> torch.Tensor | None:
 
 
 def _thread_state(devices: Sequence[torch.device]) -> Callable[[int], ExitStack]:
-    """Capture the caller's grad mode, autocast and CUDA streams; return a function that
-    re-enters them for replica ``i`` inside its thread."""
+    """The caller's grad mode, autocast and CUDA streams, as ``enter(i)`` for thread ``i``."""
     grad_enabled = torch.is_grad_enabled()
     autocast = {
         kind: (torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind))
@@ -105,17 +93,7 @@ def parallel_apply(
     devices: Sequence[DeviceLike] | None = None,
 ) -> list[Any]:
     """Call ``modules[i](*inputs[i], **kwargs_tup[i])`` on one thread each; outputs in order.
-
-    Args:
-        modules: the replicas (any callables).
-        inputs: per replica, a tuple/list of positional arguments, or a single argument.
-        kwargs_tup: per replica, keyword arguments (default: none).
-        devices: per replica, its device (default: the device of its first input tensor).
-
-    Raises:
-        ValueError: the four sequences differ in length, or a device cannot be inferred.
-        Exception: whatever a replica raised, same type, naming the replica and device.
-    """
+    ``inputs[i]`` may be a single argument; ``devices`` default to each first input tensor's."""
     n = len(modules)
     kwargs_tup = [{} for _ in range(n)] if kwargs_tup is None else kwargs_tup
     if devices is None:

@@ -2,26 +2,13 @@
 
 Test: ``pytest tests/test_dp_replicate.py``
 
-Every forward of DataParallel builds fresh replicas (that is the price of the design):
-
-1. **Parameters** go through :class:`Broadcast`, an autograd Function. Forward: device 0
-   gets the original tensors themselves (same storage), every other device gets a copy.
-   Backward: the gradients of the replicas are summed onto device 0 *in device order*,
-   ``((g0 + g1) + g2) + ...``, and autograd accumulates that sum into ``param.grad``.
-   That sum is the whole "parameter server" of DataParallel — and the extra work of the
-   main device.
-2. **Buffers** (BatchNorm's running stats) are copied *detached*: no gradient to send.
-   Replica 0 holds the original buffers, so its in-place updates persist; the copies'
-   updates are thrown away with the replicas — exactly as in torch.
-3. **Modules** are shallow copies: a new object per submodule whose attribute dict is a
-   copy of the original's (so config, hooks and ``training`` are shared by reference),
-   with its own parameter, buffer and child tables pointing at the per-device tensors.
-   No ``deepcopy``: nothing but the tensors is duplicated.
-
-The replicas' tensors are plain (non-leaf) attributes, not ``nn.Parameter``s, so
-``replica.parameters()`` is empty, like torch's replicas: you cannot train a replica.
-
-Under ``torch.no_grad()`` (``detach=True``) parameters are copied without autograd.
+Every forward builds fresh replicas, as torch's does. Parameters go through
+:class:`Broadcast`: device 0 gets the originals, the others copies, and backward sums the
+replicas' gradients onto device 0 in device order, ``((g0 + g1) + g2) + ...``: the whole
+"parameter server". Buffers are copied detached; replica 0 holds the originals, so only
+its updates persist, as in torch. Modules are shallow copies sharing everything but their
+tensor tables, and their tensors are plain attributes, so ``replica.parameters()`` is
+empty, like torch's replicas.
 """
 
 from __future__ import annotations
@@ -44,8 +31,7 @@ class Broadcast(torch.autograd.Function):
         outputs = []  # device-major: [t0@d0, t1@d0, ..., t0@d1, t1@d1, ...]
         for slot, device in enumerate(devices):
             for t in tensors:
-                # Slot 0 returns the input itself: autograd turns it into a view of the
-                # original, so replica 0 shares storage with the model.
+                # slot 0: the input itself (autograd makes it a view): the model's storage
                 outputs.append(t if slot == 0 else t.to(device, copy=True))
         frozen = [
             outputs[slot * len(tensors) + i]
@@ -65,8 +51,7 @@ class Broadcast(torch.autograd.Function):
                 sums.append(None)
                 continue
             per_device = grads[i::n]  # tensor i's gradient from each replica, device order
-            # Root first, then the others one by one: ((g0 + g1) + g2) + ...; float
-            # addition is not associative, so this order is part of the result.
+            # ((g0 + g1) + g2) + ...: float addition is not associative, the order counts
             total = per_device[0].to(ctx.source)
             for g in per_device[1:]:
                 total = total + g.to(ctx.source)
@@ -77,10 +62,8 @@ class Broadcast(torch.autograd.Function):
 def broadcast(
     tensors: Sequence[torch.Tensor], devices: Sequence[torch.device], detach: bool = False
 ) -> list[list[torch.Tensor]]:
-    """``tensors`` (all on ``devices[0]``) on every device: ``result[slot][i]``.
-
-    With ``detach=True`` the copies carry no autograd history; slot 0 holds the originals.
-    """
+    """``tensors`` (on ``devices[0]``) on every device: ``result[slot][i]``; slot 0 holds the
+    originals, and ``detach=True`` copies carry no autograd history."""
     if not tensors:
         return [[] for _ in devices]
     if detach:
@@ -94,8 +77,7 @@ def _plain_copy(t: torch.Tensor, slot: int, device: torch.device) -> torch.Tenso
     """Slot 0 keeps the original tensor; other slots get a copy without autograd history."""
     if slot > 0:
         return t.detach().to(device, copy=True)
-    # An nn.Parameter is detached (same storage) so the replica does not adopt it as its
-    # own parameter; a buffer stays the very same object.
+    # a Parameter detached (same storage), so the replica does not adopt it; a buffer as is
     return t.detach() if isinstance(t, nn.Parameter) else t
 
 
@@ -112,17 +94,12 @@ def check_on_device(module: nn.Module, device: torch.device, role: str = "device
 
 
 def shallow_copy(module: nn.Module) -> nn.Module:
-    """A new module object sharing everything with ``module`` except its tensor tables.
-
-    ``nn.Module`` keeps parameters, buffers and children in three dicts (``_parameters``,
-    ``_buffers``, ``_modules``); the copy gets its own, so filling them never touches the
-    original. (``torch.func.functional_call`` would avoid touching them, but it swaps the
-    tensors *on the shared module*, which threads running side by side cannot do.)
-    """
+    """A new module object sharing everything with ``module`` but its own ``_parameters``,
+    ``_buffers`` and ``_modules`` dicts (``torch.func.functional_call`` would swap tensors on
+    the shared module instead, which threads running side by side cannot do)."""
     replica = module.__new__(type(module))
     replica.__dict__ = module.__dict__.copy()  # config, hooks, training flag: shared refs
-    # Real parameters leave the table (replicate sets the copies as plain attributes);
-    # absent ones (bias=False) stay, so ``replica.bias`` is still None.
+    # only absent parameters stay (bias=False: still None); the copies become attributes
     replica._parameters = {k: None for k, v in module._parameters.items() if v is None}
     replica._buffers = dict(module._buffers)
     replica._modules = dict(module._modules)
@@ -132,17 +109,8 @@ def shallow_copy(module: nn.Module) -> nn.Module:
 def replicate(
     network: nn.Module, devices: Sequence[DeviceLike], detach: bool = False
 ) -> list[nn.Module]:
-    """One replica of ``network`` per device; replica 0 shares the original tensors.
-
-    Args:
-        network: the model, every parameter and buffer on ``devices[0]``.
-        devices: one entry per replica (``"cpu"`` repeated = simulated devices).
-        detach: copy parameters without autograd (DataParallel passes
-            ``not torch.is_grad_enabled()``).
-
-    Raises:
-        RuntimeError: a parameter or buffer is not on ``devices[0]``.
-    """
+    """One replica of ``network`` (all on ``devices[0]``, else a RuntimeError) per device;
+    replica 0 shares the original tensors. ``detach``: no autograd (under ``no_grad``)."""
     devices = [as_device(d) for d in devices]
     if not devices:
         return []
@@ -152,8 +120,7 @@ def replicate(
     param_slot = {id(p): i for i, p in enumerate(params)}
     param_copies = broadcast(params, devices, detach)  # [replica][param]
 
-    # Buffers that require grad (rare) are differentiable like parameters; the usual
-    # ones (running stats, counters) are copied detached.
+    # buffers that require grad (rare) are differentiable like parameters
     buffers = list(network.buffers())
     grad_buffers = [b for b in buffers if b.requires_grad and not detach]
     plain_buffers = [b for b in buffers if not (b.requires_grad and not detach)]
@@ -171,8 +138,7 @@ def replicate(
 
     for slot, copies in enumerate(replicas):
         for m, replica in zip(modules, copies):
-            # The tables themselves, not named_*(): those skip None entries and names
-            # that repeat an object, and a replica needs every name.
+            # the tables, not named_*(), which skip None and repeated objects' names
             for key, child in m._modules.items():
                 if child is not None:
                     replica._modules[key] = copies[module_slot[id(child)]]

@@ -2,30 +2,15 @@
 
 Test: ``pytest tests/test_dp_scatter_gather.py -k scatter``
 
-Same rules as ``torch.nn.parallel.scatter`` / ``scatter_kwargs``:
+torch's rules (``torch.nn.parallel.scatter``): a tensor splits with ``tensor.chunk(n, dim)``,
+which rounds up, so a small batch gives fewer chunks (4 devices, batch 5 -> [2, 2, 1]) and
+DataParallel uses fewer replicas; tuples, lists, namedtuples and dicts are rebuilt per
+device around their scattered members; anything else is repeated by reference (not
+copied). Gradients flow back through ``chunk`` and ``.to``.
 
-* a tensor is split with ``tensor.chunk(n, dim)``. ``chunk`` rounds the chunk size *up*,
-  so a small batch gives fewer chunks than devices (4 devices: batch 5 -> [2, 2, 1],
-  batch 3 -> [1, 1, 1]) and DataParallel then uses fewer replicas;
-* tuples, lists, namedtuples and dicts are rebuilt once per device around their scattered
-  members (``zip``), so every tensor must split into the same number of chunks;
-* anything else (ints, strings, ``None``, empty containers) is repeated, one reference per
-  device (not copied: a replica that mutates it mutates everyone's).
-
-Three deliberate differences, each an error where torch goes on silently:
-
-* tensors that split into different numbers of chunks (3 devices: 6 rows -> 3 chunks, 2
-  rows -> 2 chunks). torch's ``zip`` stops at the shortest, so only 2 replicas run and
-  rows 4-5 of the first input are dropped without a word — in training, lost samples.
-  Equal batch sizes (the usual case) always split alike;
-* an empty batch (torch runs every replica on an empty chunk);
-* a tensor that has no ``dim`` to split (torch fails deep inside a copy kernel).
-
-``scatter_kwargs`` pads the shorter of inputs and kwargs to the same length (``()`` /
-``{}``), which is what torch's padding means to do.
-
-Gradients flow back through ``chunk`` and ``.to`` (ordinary differentiable ops), so the
-gradient of the input is the replicas' gradients put back side by side.
+Errors where torch goes on silently: tensors that split into different chunk counts
+(torch's ``zip`` stops at the shortest and drops rows: lost samples), an empty batch, and
+a 0-dim tensor.
 """
 
 from __future__ import annotations
@@ -44,13 +29,7 @@ def is_namedtuple(obj: Any) -> bool:
 
 
 def split_tensor(tensor: torch.Tensor, devices: Sequence[torch.device], dim: int) -> tuple:
-    """``tensor.chunk(len(devices), dim)``, chunk ``i`` moved to ``devices[i]``.
-
-    Returns as many chunks as ``chunk`` makes, which can be fewer than ``len(devices)``.
-
-    Raises:
-        ValueError: 0-dim tensor, ``dim`` out of range, or an empty batch.
-    """
+    """``tensor.chunk(len(devices), dim)`` (maybe fewer chunks), chunk ``i`` on ``devices[i]``."""
     shape = tuple(tensor.shape)
     if tensor.dim() == 0:
         raise ValueError(
@@ -74,17 +53,9 @@ def split_tensor(tensor: torch.Tensor, devices: Sequence[torch.device], dim: int
 
 
 def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> Any:
-    """Split ``inputs`` into one copy of its structure per device, tensors chunked on ``dim``.
-
-    Args:
-        inputs: a tensor, or any nesting of tuple / list / namedtuple / dict around tensors.
-        target_gpus: the devices (PyTorch's name; ``"cpu"`` entries are simulated devices).
-        dim: the batch dimension of every tensor.
-
-    Returns:
-        A tuple of chunks for a tensor, otherwise a list with one rebuilt structure per
-        device (as torch: ``scatter((x, 3), [0, 1])`` -> ``[(x0, 3), (x1, 3)]``).
-    """
+    """Split ``inputs`` into one copy of its structure per device, tensors chunked on ``dim``:
+    a tuple of chunks for a tensor, else a list (``scatter((x, 3), [0, 1])`` -> ``[(x0, 3),
+    (x1, 3)]``, as torch). ``target_gpus``: torch's name; ``"cpu"`` entries are simulated."""
     devices = [as_device(d) for d in target_gpus]
     splits: list[tuple[tuple[int, ...], tuple]] = []  # (shape, chunks) of every tensor
 
@@ -133,19 +104,12 @@ def scatter_kwargs(
     target_gpus: Sequence[DeviceLike],
     dim: int = 0,
 ) -> tuple[tuple[Any, ...], tuple[dict[str, Any], ...]]:
-    """Scatter positional and keyword arguments together, one ``(args, kwargs)`` per device.
-
-    Returns:
-        ``(inputs_per_device, kwargs_per_device)``, equally long: replica ``i`` is called as
-        ``module(*inputs_per_device[i], **kwargs_per_device[i])``. Both are empty when there
-        is nothing to scatter.
-    """
+    """Scatter args and kwargs together: ``(inputs_per_device, kwargs_per_device)``, equally
+    long, replica ``i`` called as ``module(*inputs_per_device[i], **kwargs_per_device[i])``;
+    both empty for no arguments."""
     kwargs = kwargs or {}
     if not inputs and not kwargs:
         return (), ()
-    # Scattering the pair as one structure pads an empty side (``()`` / ``{}`` repeated,
-    # as torch pads) and, when both sides hold tensors, stops at the shorter split like
-    # every other container — torch compares against the unscattered length instead and
-    # fails later in parallel_apply.
+    # one structure: an empty side is padded as torch means to, uneven splits refused
     pairs = scatter((tuple(inputs), kwargs), target_gpus, dim)  # [(args_i, kwargs_i), ...]
     return tuple(args for args, _ in pairs), tuple(kw for _, kw in pairs)
