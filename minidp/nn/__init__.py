@@ -1,6 +1,4 @@
-"""Layers whose behaviour changes when the batch is split across ranks.
-
-* :class:`SyncBatchNorm` — BatchNorm statistics over every rank's slice of the batch.
+"""Layers whose behaviour changes when the batch is split across ranks: :class:`SyncBatchNorm`.
 
 Test: ``pytest tests/test_sync_batchnorm.py``
 """

@@ -1,26 +1,8 @@
 """SyncBatchNorm: BatchNorm whose batch statistics span every rank, on minidp's collectives.
 
-Under DP or DDP each rank normalises with the mean and variance of *its own* slice of the
-batch: with 2 ranks a BatchNorm layer sees half the batch, and its statistics (and running
-averages) differ from one process on the full batch. ``SyncBatchNorm`` gathers every
-rank's count, mean and spread, so each rank normalises with the global batch's statistics
-— the same numbers as ``nn.BatchNorm`` on the whole batch in one process. torch's own
-``torch.nn.SyncBatchNorm`` does this with CUDA kernels and refuses CPU tensors; this one
-is plain tensor code on minidp's ``all_gather`` / ``all_reduce``, so it runs on CPU.
-
-Per training forward (x: ``(N, C, *)`` on each rank, N may differ between ranks):
-1. each rank: count n_r, per-channel mean m_r and squared deviations M2_r;   # (C,)
-2. ``all_gather`` of (n, C, m, M2) from every rank; a rank with an empty batch or another
-   channel count makes *every* rank raise the same error (nobody waits forever);
-3. global mean and variance by Chan's parallel formula (exact combination of the parts);
-4. normalise locally; running stats updated with the unbiased variance over all N.
-Backward: each rank sums dy and dy·(x-mean) per channel; one ``all_reduce`` adds them up,
-and every rank computes its input gradient from the global sums. weight/bias gradients
-stay local sums — DDP averages them across ranks like any other gradient.
-Dtypes follow ``nn.BatchNorm`` (e.g. bf16 input into an fp32 module): the statistics are
-computed in float64 whatever the input, the output and input gradient come back in the
-input's dtype, weight/bias gradients in the parameters' dtype and running stats in the
-buffers' (fp32 there) — each float64 value rounded once, never through bf16.
+Each rank's BatchNorm sees only its slice of the batch; this one combines every rank's
+count, mean and squared deviations (Chan's formula, in float64) into the whole batch's
+statistics, as ``nn.BatchNorm`` on the full batch (torch's refuses CPU tensors).
 
 Test: ``pytest tests/test_sync_batchnorm.py``; lesson: ``python lessons/24_sync_batchnorm.py``
 """
@@ -82,11 +64,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
         out = out if bias is None else out + bias.double().view(shape)
         ctx.save_for_backward(xhat, invstd, weight)
         ctx.total, ctx.group = total, group
-        # Gradients take the dtype of what they are the gradient of: with bf16/fp16 input and
-        # fp32 affine parameters (autocast, or a bf16 activation into an fp32 BatchNorm) the
-        # weight/bias gradients stay fp32, as in nn.BatchNorm; rounding them to the input's
-        # dtype cost 3-4 significant digits (weight-grad error up to 4e-2, torch's 6e-6).
-        ctx.param_dtypes = (
+        ctx.param_dtypes = (  # each gradient in its tensor's dtype (fp32 weight: fp32 grad)
             None if weight is None else weight.dtype,
             None if bias is None else bias.dtype,
         )
@@ -105,8 +83,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
         scale = invstd if weight is None else invstd * weight.double()
         dx = dy64 - (g_dy / ctx.total).view(shape) - xhat * (g_dy_xhat / ctx.total).view(shape)
         dx = dx * scale.view(shape)
-        # weight/bias: this rank's own sums (DDP then averages them like any gradient), in
-        # the parameters' dtype (float64 sums rounded once), not dy's
+        # weight/bias: this rank's own sums (DDP averages them), rounded once to their dtype
         w_dtype, b_dtype = ctx.param_dtypes
         d_weight = sum_dy_xhat.to(w_dtype) if ctx.needs_input_grad[1] else None
         d_bias = sum_dy.to(b_dtype) if ctx.needs_input_grad[2] else None
@@ -129,8 +106,7 @@ class SyncBatchNorm(_BatchNorm):
         *,
         bias: bool = True,
     ) -> None:
-        # bias=False (torch 2.13+: an affine weight without a bias) only where asked, so
-        # older torch, whose BatchNorm has no such keyword, still builds the default
+        # bias=False (torch 2.13+) only where asked: older torch's BatchNorm lacks the keyword
         extra = {} if bias else {"bias": False}
         super().__init__(
             num_features, eps, momentum, affine, track_running_stats, device, dtype, **extra
@@ -146,8 +122,7 @@ class SyncBatchNorm(_BatchNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(x)
-        bn_training = self.training or (self.running_mean is None and self.running_var is None)
-        if not (bn_training and self.training and comm.get_world_size(self.process_group) > 1):
+        if not (self.training and comm.get_world_size(self.process_group) > 1):
             return super().forward(x)  # eval, or one rank: plain BatchNorm, no communication
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.track_running_stats:
@@ -157,9 +132,7 @@ class SyncBatchNorm(_BatchNorm):
         stats = _global_stats(x, self.process_group)
         if self.track_running_stats:
             mean, var, total = stats
-            # Unbiased variance over the GLOBAL count, like torch. The float64 statistics are
-            # rounded once, to the buffers' dtype (fp32 for a bf16/fp16 input into an fp32
-            # module, as nn.BatchNorm keeps them), never through the input's dtype.
+            # unbiased variance over the GLOBAL count (as torch), rounded once to the buffers' dtype
             with torch.no_grad():
                 unbiased = var * total / max(total - 1, 1)
                 buf = self.running_mean.dtype
@@ -184,8 +157,7 @@ class SyncBatchNorm(_BatchNorm):
                 device=module.running_mean.device if module.running_mean is not None else None,
             )
             if module.affine:
-                with torch.no_grad():
-                    out.weight, out.bias = module.weight, module.bias  # the same Parameters
+                out.weight, out.bias = module.weight, module.bias  # the same Parameters
             out.running_mean = module.running_mean
             out.running_var = module.running_var
             out.num_batches_tracked = module.num_batches_tracked
