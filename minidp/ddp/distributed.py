@@ -191,8 +191,8 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
-        """Accumulate gradients locally for forwards run inside (put the forward inside too);
-        the next synchronized backward reduces the accumulated sum."""
+        """Accumulate gradients locally for forwards run inside (the forward must be inside too:
+        it arms the hooks); the next synchronized backward reduces the sum."""
         previous = self.require_backward_grad_sync
         self.require_backward_grad_sync = False
         try:

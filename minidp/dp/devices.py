@@ -85,11 +85,8 @@ def slot_label(devices: Sequence[torch.device], slot: int) -> str:
 
 
 def official_data_parallel(module: torch.nn.Module, devices: Sequence[torch.device]):
-    """torch's ``DataParallel`` on the same devices as a minidp ``DataParallel``, to compare.
-
-    On simulated ``"cpu"`` devices that is the plain module (torch's wrapper without a GPU),
-    chosen by the devices asked for, not the machine (with a GPU, torch's would refuse).
-    """
+    """torch's ``DataParallel`` on the same devices, to compare; on simulated ``"cpu"`` ones
+    the plain module (torch's wrapper without a GPU; on a GPU machine it would refuse)."""
     devices = [torch.device(d) for d in devices]
     if all(d.type == "cpu" for d in devices):
         return module

@@ -62,8 +62,7 @@ class Broadcast(torch.autograd.Function):
 def broadcast(
     tensors: Sequence[torch.Tensor], devices: Sequence[torch.device], detach: bool = False
 ) -> list[list[torch.Tensor]]:
-    """``tensors`` (on ``devices[0]``) on every device: ``result[slot][i]``; slot 0 holds the
-    originals, and ``detach=True`` copies carry no autograd history."""
+    """``tensors`` (on ``devices[0]``) on every device, ``result[slot][i]``; slot 0: originals."""
     if not tensors:
         return [[] for _ in devices]
     if detach:
