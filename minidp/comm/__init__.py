@@ -1,14 +1,8 @@
 """Collectives built only from point-to-point send/recv (any backend: gloo, NCCL).
 
-* :func:`ring_all_reduce` — reduce-scatter + all-gather, bit-exact with gloo's all-reduce.
-* :func:`naive_all_reduce` — the parameter server, kept beside the ring to compare.
-* :func:`all_reduce` — "auto" by default: small tensors in one exchange
-  (``direct.py``, the ring's bits), the ring above 256 KiB; or ``algorithm=``.
-* :func:`broadcast` (and :func:`broadcast_many`, several at once), :func:`all_gather`,
-  :func:`reduce_scatter`, :func:`barrier`.
-* :func:`count_traffic` — bytes and messages per rank, to measure the two algorithms.
-* :func:`channel` — a tag space of this thread's own, for collectives that run on the
-  same group as another thread's (DDP's comm thread uses one).
+:func:`ring_all_reduce` (bit-exact with gloo), :func:`naive_all_reduce` (the parameter
+server), :func:`all_reduce` (one exchange when small, else the ring), :func:`broadcast`,
+:func:`all_gather`, :func:`reduce_scatter`, :func:`barrier`; :func:`count_traffic`.
 
 Test: ``pytest tests/test_collectives.py``; benchmark: ``python -m minidp bench allreduce``.
 """

@@ -1,31 +1,14 @@
 """Check, before any data moves, that every rank is calling the same collective.
 
-Why this exists: a ring all-reduce in which rank 1 passes 10 elements and rank 0 passes
-12 does not fail by itself — it hangs (a receive waits for bytes that never come) or,
-worse, finishes with garbage. So every minidp collective first exchanges a small header
-(which collective, numel, dtype, op, shape, and one collective-specific value such as the
-broadcast source) and every rank raises the *same* :class:`MismatchError` naming what
-differs on which rank.
-
-Checked mode (``MINIDP_DEBUG=DETAIL`` in the environment, or ``with minidp.comm.checked():``,
-like ``TORCH_DISTRIBUTED_DEBUG=DETAIL``) fingerprints each call further: the full shape, a
-per-group (and per-channel, see ``p2p.channel``) sequence number and the calling line —
-as module name, function and line number, which every rank spells the same whatever its
-working directory or install path. ``MINIDP_DEBUG`` takes torch's values, ``OFF``,
-``INFO`` (minidp: same as OFF) or ``DETAIL``, any case; anything else raises a ValueError
-at import, as a typo must not silently turn the checks off. That catches what equal shapes hide — a
-rank that skipped a collective, or two same-shaped all-reduces called in a different order
-— which would otherwise pair up silently and return wrong sums. It costs a stack walk per
-call; ``python -m minidp bench faults`` measures it (its last table).
-
-The exchange is all-to-all on a few bytes (``headers.py``): every rank sends its 136-byte
-header to every other rank, into receives posted one call ahead — *one* message latency
-(through rank 0 and back, as it once went, took two, and so did receives posted only at
-the call: gloo's rendezvous), and every rank holds the same table, so every rank reaches
-the same verdict. Headers are Python lists: one tensor made, one ``tolist()``, not a
-tensor operation per field.
-
 Test: ``pytest tests/test_collectives.py -k mismatch``
+
+Mismatched calls do not fail by themselves: they hang or return garbage. So every
+collective first exchanges a small header (kind, numel, dtype, op, shape, one extra value
+such as the broadcast source; ``headers.py``) and every rank raises the *same*
+:class:`MismatchError`. Checked mode (``MINIDP_DEBUG=DETAIL`` or ``checked()``, like
+``TORCH_DISTRIBUTED_DEBUG=DETAIL``; any other value but ``OFF``/``INFO`` raises at import)
+also compares full shapes, a sequence number per group and channel, and the calling
+``module:function:line``: a skipped or reordered collective raises instead of pairing up.
 """
 
 from __future__ import annotations
@@ -53,13 +36,10 @@ KINDS = (
     "textbook_ring_all_reduce",
     "broadcast_many",
 )
-# all_reduce's algorithms, named in the header's extra field: "auto" picks one per size, so
-# ranks calling with different sizes or algorithms must fail the check, not exchange
-# messages of different sizes (gloo aborts the process on those)
+# all_reduce's algorithms (the header's extra): a mix must fail the check, not abort gloo
 ALL_REDUCE_ALGORITHMS = ("ring", "direct")
 _OPS = ("sum", "avg", "max", "min", "product")
-# every dtype a header can name: the supported ones, plus a few common unsupported ones so a
-# rank passing one is reported by name before its local dtype check fails
+# the supported dtypes, plus common unsupported ones so a header can name them
 _DTYPES = ops.DTYPES + (torch.bool, torch.complex64, torch.complex128)
 _MAX_DIMS = 8
 _CHECKED = 6 + _MAX_DIMS  # checked-mode fields start here: flag, sequence number, call site
@@ -70,11 +50,8 @@ DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")  # TORCH_DISTRIBUTED_DEBUG's values
 
 
 def debug_level(value: str | None) -> str:
-    """The ``MINIDP_DEBUG`` level for ``value`` (unset or empty: OFF), or a ValueError.
-
-    One difference from torch, on purpose: an empty ``TORCH_DISTRIBUTED_DEBUG=`` raises,
-    an empty ``MINIDP_DEBUG=`` means unset (what ``MINIDP_DEBUG= python ...`` intends).
-    """
+    """The ``MINIDP_DEBUG`` level for ``value``, or a ValueError. Unlike torch's variable, an
+    empty value means unset (what ``MINIDP_DEBUG= python ...`` intends)."""
     level = (value or "OFF").upper()
     if level not in DEBUG_LEVELS:
         raise ValueError(
@@ -86,8 +63,7 @@ def debug_level(value: str | None) -> str:
 
 _CHECKED_BY_ENV = debug_level(os.environ.get("MINIDP_DEBUG")) == "DETAIL"
 _local = threading.local()  # per-thread: checked mode set by checked() (rank-local)
-# collectives called on each group, per channel, checked mode only; weak keys: a finished
-# world's group must not pass its count to a new group that happens to reuse its memory
+# checked mode: calls so far per group and channel; weak keys: a dead group's count dies too
 _sequence: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../minidp
 
@@ -99,10 +75,7 @@ def is_checked() -> bool:
 
 @contextlib.contextmanager
 def checked(enabled: bool = True) -> Iterator[None]:
-    """Fingerprint every collective this thread calls in the block (sequence, shape, line).
-
-    Per thread, so each rank of a thread world decides for itself, as each process does.
-    """
+    """Fingerprint every collective this thread (a rank) calls in the block."""
     previous = is_checked()
     _local.checked = enabled
     try:
@@ -115,10 +88,8 @@ _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 
 
 def _call_site() -> str:
-    """``module:function:line`` of the first caller outside minidp.comm and torch (the user's
-    line, or DDP's); torch's frames are skipped too, since decorators such as no_grad add
-    one. Not the file path: a rank that chdir'd, or a machine with another install path,
-    would spell the same line differently."""
+    """``module:function:line`` of the first caller outside minidp.comm and torch (whose
+    frames no_grad adds). Not the file path: ranks may spell it differently."""
     skip = (os.path.join(_PACKAGE, "comm"), _TORCH)
     frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(skip):
@@ -229,8 +200,7 @@ def agree(
 
 
 def _verdict(table, kind, tensor, mine, extra_name, rank, site) -> None:
-    """Raise if the ranks' headers disagree (every rank holds the same table, so every rank
-    reaches the same verdict), or this rank's own input is unusable."""
+    """Raise if the ranks' headers disagree, or this rank's own input is unusable."""
     if tensor is not None and mine[2] == _BAD_INPUT:
         check_input(tensor, kind)  # this rank's own, precise error
     # Shapes may differ (all_reduce only needs equal numel), so compare the first 5 fields.
@@ -261,13 +231,8 @@ def agree_reduce(
     extra: int = 0,
     extra_name: str = "",
 ) -> str:
-    """The preamble of every reducing collective; returns the op's name (see ``ops.OPS``).
-
-    Normalise ``op``, :func:`agree` across ranks, then check the dtype. A bad op is raised
-    only *after* the header exchange: a rank raising before it would leave the others
-    waiting for its header, so all ranks exchange first (the bad op travels as "no op" and
-    shows up as a mismatch) and then every rank raises together.
-    """
+    """Normalise ``op``, :func:`agree`, check the dtype; returns the op's name. A bad op
+    raises only *after* the exchange (as "no op"), so no rank waits for a missing header."""
     try:
         name = ops.normalize_op(op, who)
     except ValueError:

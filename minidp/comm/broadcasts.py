@@ -3,18 +3,10 @@
 Run it: ``python -m minidp bench zero --breakdown`` (ZeRO-1's optimizer step broadcasts)
 Test it: ``pytest tests/test_broadcast_async.py tests/test_collectives.py -k broadcast``
 
-* :func:`broadcast`: ``n-1`` messages from the root, simple on purpose (DDP uses it once at
-  start-up and for buffers). ``src`` is a global rank, as in torch (``group_src`` a rank
-  within the group); ``async_op=True`` returns a handle, as torch's does.
-* :func:`broadcast_many`: several broadcasts as one step — ZeRO-1's, where every rank
-  broadcasts the parameters it owns. One header check for them all, then every message
-  posted, each straight from and into its tensor. Why not a loop of ``async_op=True``
-  calls: between two ranks gloo has one TCP connection, every message queues on it in
-  order, and each call's own header check would wait behind the megabytes before it.
-  Why not one flat buffer per owner (minidp's first ZeRO-1): a fresh tensor of tens of MB
-  is fresh memory from the OS every step, and writing it page-faults 4 KiB at a time; the
-  copy-in, copy-out and faults cost more than the broadcast itself (``bench zero
-  --breakdown`` times the step phase).
+:func:`broadcast_many` is ZeRO-1's step (every rank broadcasts what it owns): one header
+check, then every message posted from and into its own tensor. Not a loop of ``async_op``
+calls (each header would queue behind the megabytes on gloo's one connection per pair),
+nor one flat buffer per owner (fresh memory every step page-faults more than it saves).
 """
 
 from __future__ import annotations
@@ -85,18 +77,9 @@ def broadcast(
     group_src: int | None = None,
     async_op: bool = False,
 ):
-    """Copy ``tensor`` from the root to every rank, in place; returns it.
-
-    The root is ``src``, a *global* rank as in ``torch.distributed`` (default 0), or
-    ``group_src``, its rank within ``group``. On a subgroup [1, 2], ``src=1`` and
-    ``group_src=0`` name the same rank.
-
-    ``async_op=True`` (torch's argument): the header check runs now, the messages are
-    posted, and a handle (``p2p.Pending``) returns at once; ``handle.wait()`` finishes.
-    Until then the tensor must not be read (nor, on the root, changed). To run several
-    broadcasts at once, :func:`broadcast_many` also takes their header checks out of the
-    data's way.
-    """
+    """Copy ``tensor`` from the root to every rank, in place; returns it (``async_op``: a
+    handle; until its ``wait()`` the tensor must not be read, nor changed on the root).
+    The root is ``src``, a *global* rank as in torch (default 0), or ``group_src``."""
     g = groups.resolve(group)
     if groups.skip_if_not_member(g, "broadcast"):
         return p2p.Pending([], "broadcast") if async_op else tensor
@@ -114,15 +97,8 @@ def broadcast(
 def broadcast_many(
     tensors: list[torch.Tensor], group_srcs: list[int], group=None
 ) -> list[torch.Tensor]:
-    """``broadcast(tensors[i], group_src=group_srcs[i])`` for every i, in place, as one step:
-    one header check for them all, then every message posted (tensor i with tag i, straight
-    from and into its memory), then all waited for. Every rank passes the same roots,
-    shapes and dtypes in the same order. Returns ``tensors``.
-
-    The one header carries how many tensors there are and a fingerprint (CRC-32) of every
-    (root, shape, dtype): ranks that disagree on any of them raise ``MismatchError``
-    together, before a byte of data moves.
-    """
+    """``broadcast(tensors[i], group_src=group_srcs[i])`` for every i, as one step; returns
+    ``tensors``. The header carries a CRC-32 of every (root, shape, dtype)."""
     if not isinstance(tensors, (list, tuple)) or len(tensors) != len(group_srcs):
         raise ValueError(
             f"broadcast_many: expected a list of tensors and one root per tensor, got "

@@ -1,18 +1,10 @@
 """Broadcast, all-gather, reduce-scatter, barrier — and ``all_reduce``, which picks its algorithm.
 
-All built from ``p2p`` send/recv; signatures mirror ``torch.distributed``. Each call
-first runs the cross-rank header check (``agree.py``), so mismatched calls raise on every
-rank instead of hanging.
-
-* ``broadcast`` (``broadcasts.py``): the root sends the whole tensor to every rank.
-* ``all_gather`` and ``reduce_scatter``: one trip round the ring (``ring.ring_pass``), the
-  two halves of ring all-reduce on their own.
-* ``barrier``: the header exchange alone — all-to-all, so no rank leaves before it has
-  heard from every other.
-* ``all_reduce``: "auto" by default — one direct exchange up to 256 KiB (``direct.py``),
-  the ring above; "ring", "direct", "naive" (parameter server) or "textbook" on request.
-
 Test: ``pytest tests/test_collectives.py``
+
+``torch.distributed``'s signatures, built from ``p2p`` and checked first (``agree.py``).
+``all_gather`` and ``reduce_scatter`` are one trip round the ring (``ring.ring_pass``);
+``barrier`` is the all-to-all header exchange alone; ``broadcast`` is in ``broadcasts.py``.
 """
 
 from __future__ import annotations
@@ -30,14 +22,9 @@ _SEGMENT_BYTES = 1 << 20  # pipeline all-gather / reduce-scatter in 1 MiB messag
 
 
 def all_reduce(tensor: torch.Tensor, op="sum", group=None, algorithm: str = "auto") -> torch.Tensor:
-    """All-reduce in place with ``algorithm``; returns ``tensor``.
-
-    "auto" (default): "direct" for tensors up to ``SMALL_BYTES`` (256 KiB), else "ring" —
-    the two give the same bits (gloo's), the first in one exchange, the second with the
-    fewest bytes. "naive" (parameter server) and "textbook" (plain ring) are there to
-    compare. Every rank must pass the same ``algorithm``: "auto" decides from numel and
-    dtype, which the ranks agree on anyway.
-    """
+    """All-reduce in place with ``algorithm``; returns ``tensor``. "auto": "direct" (one
+    exchange) up to ``SMALL_BYTES``, else "ring" (fewest bytes), both with gloo's bits;
+    "naive" and "textbook" are there to compare. Every rank must pass the same one."""
     if algorithm == "auto":
         small = isinstance(tensor, torch.Tensor) and tensor.numel() * tensor.element_size()
         algorithm = "direct" if small and small <= SMALL_BYTES else "ring"
@@ -80,9 +67,7 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None
                     f"is {tuple(tensor.shape)} {tensor.dtype} — outputs must match the input"
                 )
         n = tensor.numel()
-        flat = torch.empty(
-            world * n, dtype=tensor.dtype, device=tensor.device
-        )  # (world * numel,) rank-local
+        flat = torch.empty(world * n, dtype=tensor.dtype, device=tensor.device)  # (world * n,)
         _gather_pass(flat, tensor, g)
         for i, out in enumerate(tensor_list):
             out.copy_(flat[i * n : (i + 1) * n].view(out.shape))
@@ -91,10 +76,8 @@ def all_gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group=None
 
 @torch.no_grad()
 def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, group=None) -> torch.Tensor:
-    """Rank r's ``input`` into ``output[r*n:(r+1)*n]`` (``output``: contiguous, ``world * n``
-    elements) on every rank; returns ``output``. torch's name; what ZeRO-2's step uses: no
-    list of outputs, no buffer of its own (``input`` may be this rank's slice of
-    ``output``)."""
+    """Rank r's ``input`` into ``output[r*n:(r+1)*n]`` (contiguous, ``world * n``) on every
+    rank; returns ``output``. No buffer of its own: ``input`` may be a slice of ``output``."""
     g = groups.resolve(group)
     if groups.skip_if_not_member(g, "all_gather"):
         return output

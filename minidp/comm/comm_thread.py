@@ -1,32 +1,13 @@
 """The communication thread: runs each launched collective (a bucket's all-reduce, a unit's
 reduce-scatter), one after another, while autograd computes on.
 
-Why a thread: the point of DDP's buckets is that the all-reduce of the last layers'
-gradients runs *while* autograd still computes the first layers' gradients. minidp's
-collectives are blocking Python calls, so they need a thread of their own; the autograd
-thread only enqueues work and keeps computing. (On CPU the heavy parts — gloo's socket
-I/O and ``torch.add`` — release the GIL, so the two threads really run at once.)
+Test: ``pytest tests/test_ddp_overlap.py tests/test_launch_queue.py``
 
-Why ONE thread: minidp collectives number their messages from tag 0 on every call, and
-every rank must run the same collectives in the same order. A single worker consuming a
-FIFO queue gives both: bucket 0, then bucket 1, ... exactly in launch order, never two
-at once. DDP waits for it (end of backward) before its own next collective, such as the
-buffer broadcast.
-
-Why its own channel (``p2p.DDP_CHANNEL``): the user may call collectives on the same
-group *while* this thread works — an ``autograd.Function`` whose backward all-reduces
-(model-parallel layers, gradient statistics). Both would number messages from tag 0 and
-pair up with each other across ranks; in a tag space of its own, each stream stays in
-order by itself, as torch's single ordered queue per group keeps them.
-
-The thread-local "current group", checked mode and traffic counters of ``minidp.comm`` do
-not follow work onto another thread, so each task runs inside ``use_group(group)``, the
-submitter's checked mode and the submitter's open ``count_traffic()`` counters: a comm
-hook that passes ``group=None`` still reaches DDP's group, in thread worlds too, and a
-counter opened around a training step counts the bytes its backward sent from here.
-
-Used by ``launch_queue.py`` (DDP, ZeRO-2, FSDP) and FSDP's all-gathers. Test: ``pytest
-tests/test_ddp_overlap.py tests/test_launch_queue.py``
+A thread, because the collectives are blocking Python calls (gloo's I/O and ``torch.add``
+release the GIL). *One*, consuming a FIFO, so every rank runs the same collectives in the
+same order. Its own channel (``p2p.DDP_CHANNEL``), so a user's collective on the same group
+never pairs with its messages. Each task runs in the submitter's group, checked mode and
+traffic counters, which are thread-local.
 """
 
 from __future__ import annotations
@@ -51,8 +32,7 @@ class CommThread:
 
     def submit(self, fn: Callable, *args) -> Future:
         """Run ``fn(*args)`` on the thread after everything submitted before it, in the
-        submitting thread's checked mode (``minidp.comm.checked()`` covers DDP's traffic)
-        and counted by its open traffic counters."""
+        submitting thread's checked mode and traffic counters."""
         return self._pool.submit(self._run, fn, args, is_checked(), traffic.open_counters())
 
     def _run(self, fn: Callable, args: tuple, checked_mode: bool, counters: list):

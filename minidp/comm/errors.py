@@ -1,8 +1,7 @@
 """The errors minidp's collectives raise instead of hanging or returning garbage.
 
-All subclass ``RuntimeError`` (what ``torch.distributed`` raises), so existing
-``except RuntimeError`` code keeps working, and each names the rank, the collective and
-the peer involved.
+All subclass ``RuntimeError`` (what ``torch.distributed`` raises), so ``except
+RuntimeError`` keeps working; each names the rank, the collective and the peer.
 """
 
 from __future__ import annotations

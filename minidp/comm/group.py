@@ -1,23 +1,10 @@
 """Which process group a collective runs on, and who we are in it.
 
-minidp's collectives take ``group=None`` like ``torch.distributed``'s. ``None`` means:
-
-1. the group this *thread* was given with :func:`use_group` (kept in ``minidp.identity``;
-   thread worlds from ``minidp.launch.run_threads`` give every rank-thread its own real
-   gloo group), else
-2. the default group made by ``torch.distributed.init_process_group`` (real processes,
-   ``minidp.launch.spawn`` or ``torchrun``).
-
-All point-to-point traffic goes through the group object's own ``send``/``recv`` with
-*group* ranks, so a subgroup from ``dist.new_group`` works the same way.
-
-Where a public call names a rank (``broadcast(src=...)``), it is a *global* rank, as in
-``torch.distributed``: :func:`to_group_rank` translates it (``group_src=`` takes a group
-rank directly). On a rank that is not in a subgroup, ``dist.new_group`` returns a
-placeholder; a collective called with it warns and does nothing, like torch's, and
-:func:`get_rank`/:func:`get_world_size` return -1.
-
 Test: ``pytest tests/test_launch.py``
+
+``group=None``: the group this *thread* was given (:func:`use_group`), else the default
+group. Messages use *group* ranks; public arguments (``broadcast(src=...)``) are global, as
+in torch. Outside a subgroup a collective warns and does nothing, like torch's.
 """
 
 from __future__ import annotations
@@ -70,8 +57,7 @@ def get_world_size(group=None) -> int:
 
 
 def global_ranks(group) -> list[int] | None:
-    """Global rank of each group rank; ``None`` when torch.distributed does not know the
-    group (a thread world's group is the whole world: global rank = group rank)."""
+    """Global rank of each group rank; ``None`` if torch does not know it (a thread world's)."""
     if not (dist.is_available() and dist.is_initialized()):
         return None
     try:
@@ -81,10 +67,8 @@ def global_ranks(group) -> list[int] | None:
 
 
 def to_group_rank(group, global_rank, who: str, name: str = "src") -> int:
-    """The group rank of ``global_rank``, or a ValueError saying which ranks are in the group.
-
-    Non-int input is returned unchanged for the caller's own check to report.
-    """
+    """The group rank of ``global_rank``, or a ValueError naming the group's ranks (non-int
+    input is returned unchanged, for the caller's own check)."""
     ranks = global_ranks(group)
     if ranks is None or not isinstance(global_rank, int):
         return global_rank

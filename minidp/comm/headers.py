@@ -3,26 +3,11 @@
 Run it: ``python -m minidp bench allreduce --breakdown`` (the "check" row times it)
 Test it: ``pytest tests/test_collectives.py -k "header or mismatch or verdict"``
 
-Every rank sends its small header (``agree.py`` says what is in it) to every other rank,
-and receives everyone's, so every rank ends up with the same table and reaches the same
-verdict.
-
-Why the receives of the *next* exchange are posted at the end of this one. gloo (like
-most transports for large messages) uses a rendezvous: a send leaves only once the
-receiver has announced its posted receive (``NOTIFY_RECV_READY`` in gloo's TCP pair). If
-both ranks post their receive and then send at the same moment, each send first waits for
-the other side's announcement: two message latencies for a 136-byte header, as much as
-the whole data pass of a small all-reduce. A receive posted one call *ahead* has been
-announced long before the next send, which then leaves at once: one latency. Headers
-always have the same size and tag, so a receive posted ahead matches whatever collective
-comes next on that group and channel; nothing else uses the tag.
-
-What that costs: one posted receive per peer, per group and channel, held between calls
-(a few hundred bytes). Where this rank's peer dies between two calls, the error surfaces
-at the next call's wait, naming the peer, exactly as before. Only torch's own
-groups (``ProcessGroup``, ``ProcessGroupGloo``) get receives posted ahead: another
-group-like object (the exercise checker's learner group, which audits every message)
-gets the plain exchange.
+Every rank sends its header to every other, so all hold the same table. gloo's sends wait
+for the receiver to announce its receive (a rendezvous), so the *next* exchange's receives
+are posted at the end of this one: one latency instead of two. Headers have one size and
+tag, so a parked receive matches whatever collective comes next on that group and channel.
+Only torch's own groups park receives; wrappers (the checker's) get the plain exchange.
 """
 
 from __future__ import annotations
@@ -37,14 +22,10 @@ from minidp.comm import p2p
 from minidp.comm.errors import CollectiveError
 
 HEADER_TAG = 1 << 30  # header messages never match data messages (those use small tags)
-# Headers exchanged with receives posted ahead use a tag of their own: the same torch group
-# may also be used through a wrapper that gets the plain exchange (the checker's learner
-# group around it), and a plain receive must never queue behind a parked one.
+# receives posted ahead: a tag of their own, so a plain receive never queues behind one
 AHEAD_TAG = HEADER_TAG + 1
 
-# group -> {(channel, world): _Posted}: the receives for that group's next exchange. Weak
-# keys, and the parked works hold no reference to the group: a finished world's group is
-# freed with its receives (its backend closes them).
+# group -> {(channel, world, width): _Posted}; weak keys, and parked works hold no group
 _posted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _lock = threading.Lock()  # DDP's communication thread and the user's exchange concurrently
 
@@ -62,8 +43,7 @@ class _Posted:
 
 
 def _ahead(group) -> bool:
-    """Receives are posted ahead on torch's groups: a ``ProcessGroup`` (``init_process_group``,
-    ``new_group``) or a bare ``ProcessGroupGloo`` (a thread world's rank)."""
+    """Torch's groups: a ``ProcessGroup`` or a bare ``ProcessGroupGloo`` (a thread world's)."""
     return isinstance(group, (dist.ProcessGroup, dist.ProcessGroupGloo))
 
 
@@ -97,16 +77,9 @@ def exchange(group, mine: list[int]) -> list[list[int]]:
 
 
 def linger(group, mine: list[int]) -> None:
-    """One more header exchange before this rank raises, its errors ignored.
-
-    Why: a rank that raises may close its connections at once (a thread world tears its
-    group down, a process exits). A peer still reading this rank's header from the socket
-    then loses it ("connection reset": closing a socket with unread data in it resets the
-    connection) and raises a bystander's PeerError instead of the same verdict — seen in
-    about 1 call in 150 at 3 ranks. A rank that completes this second exchange knows every
-    peer has finished the first, which is all the verdict needs; a failure here only means
-    a peer already left.
-    """
+    """One more exchange before raising, errors ignored: a rank that closes its sockets
+    while a peer still reads its header would give that peer "connection reset" (a
+    bystander's PeerError) instead of the same verdict."""
     try:
         exchange(group, mine)
     except CollectiveError:

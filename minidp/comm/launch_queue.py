@@ -1,30 +1,14 @@
 """Gradients ready -> launch -> wait: the one engine behind DDP, ZeRO-2 and FSDP's backward.
 
-Every overlapping data-parallel wrapper runs the same loop during backward. Gradients
-arrive one parameter at a time (post-accumulate-grad hooks). Parameters belong to groups —
-DDP's and ZeRO-2's buckets, FSDP's units — and a group's collective (an all-reduce, a
-reduce-scatter) can start once the group's last gradient is in. It runs on the one
-communication thread (``comm_thread.py``), so it travels while autograd computes the
-earlier layers' gradients; everything launched is waited for only once the last group has
-been launched — the end of backward, where the optimizer needs the results.
-
-When a group may go is the one choice the wrappers make differently:
-
-* ``in_order=True`` (DDP, ZeRO-2): strictly in group order, 0, 1, 2, ..., even if a later
-  group fills first. Every rank must run the same collectives in the same order, and with
-  unused parameters, or threads, gradients may arrive in a different order on different
-  ranks; bucket indices cannot differ.
-* ``in_order=False`` (FSDP): as each group completes. A unit's gradients are complete when
-  autograd has left the unit, in the same order on every rank (the same graph); holding a
-  unit back would only delay it (the root unit, whose embedding's gradient comes last,
-  is first in the forward's reverse order).
-
-What a group's collective is belongs to the caller: ``launch(i)`` is called on the
-autograd thread when group ``i`` goes and returns the function the communication thread
-runs, or ``None`` when there is nothing to send (so the caller can take the gradients and
-free memory at once, and the thread only communicates).
-
 Test: ``pytest tests/test_launch_queue.py`` (and every DDP, ZeRO-2 and FSDP test)
+
+Parameters belong to groups (DDP's and ZeRO-2's buckets, FSDP's units). When a group's
+last gradient is in, ``launch(i)`` (the caller's, on the autograd thread) returns what the
+communication thread runs (or ``None``: nothing to send), so it travels while autograd
+computes on; all is waited for at the end of backward. ``in_order=True`` (DDP, ZeRO-2):
+strictly in index order, since gradients may arrive in different orders on different
+ranks. ``in_order=False`` (FSDP): as each completes (autograd leaves the units in the same
+order on every rank).
 """
 
 from __future__ import annotations
@@ -38,19 +22,12 @@ from minidp.comm.comm_thread import CommThread
 
 
 class LaunchQueue:
-    """Counts each group's pending gradients; launches complete groups; waits at the end.
-
-    Args:
-        comm: the communication thread the collectives run on (one per group of ranks).
-        launch: ``launch(i) -> fn``; the thread runs ``fn()``, its result is group ``i``'s.
-        in_order: launch groups in index order (DDP, ZeRO-2) or as they complete (FSDP).
-    """
+    """Counts each group's pending gradients, launches complete groups on ``comm`` (the
+    thread runs ``launch(i)()``; its result is group ``i``'s), waits at the end."""
 
     def __init__(self, comm: CommThread, launch: Callable[[int], Callable[[], Any]], in_order):
         self.comm = comm
-        # The owner (a reducer, an optimizer) holds this queue: a strong bound method back to
-        # it would make a cycle, and a dropped owner would live on until the cycle collector
-        # runs (an optimizer claims its parameters until it is gone), so it is held weakly.
+        # weakly: the owner holds this queue, and a cycle would keep a dropped owner alive
         bound = hasattr(launch, "__self__")
         self._launch = weakref.WeakMethod(launch) if bound else None
         self._plain = None if bound else launch

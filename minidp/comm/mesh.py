@@ -1,24 +1,15 @@
 """A device mesh: the ranks laid out as a grid, one process group per row and per column.
 
-Why it exists: HSDP shards a model within a group of ranks (a node: fast links) and
-replicates the shards across such groups (nodes: slower links). Its ranks form a grid::
+Test: ``pytest tests/test_hsdp.py -k mesh``
 
-    init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+HSDP shards within a row and replicates down a column.
+``init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))``::
 
     mesh.mesh = [[0, 1],      each row:    a "shard" group     {0, 1}, {2, 3}
                  [2, 3]]      each column: a "replicate" group {0, 2}, {1, 3}
 
-Rank 1 shards with rank 0 and holds the same shard as rank 3. ``mesh["shard"]`` is this
-rank's row, ``mesh["replicate"]`` its column, each a 1-D mesh whose ``get_group()`` is a
-``torch.distributed`` group: minidp's collectives run on it like on any group. Names
-follow torch's ``init_device_mesh`` / ``DeviceMesh`` (the row-major layout too, so the same
-rank holds the same shard under minidp and under FSDP2).
-
-Every rank creates every row's and column's group, in the same order: ``new_group`` is
-called by all ranks for each group, members or not (torch's rule). A 1-D mesh is the
-default group itself.
-
-Test: ``pytest tests/test_hsdp.py -k mesh``
+Names and the row-major layout are torch's (``init_device_mesh``, ``DeviceMesh``), so a
+rank holds the same shard as under FSDP2. Every rank creates every group (torch's rule).
 """
 
 from __future__ import annotations
@@ -97,9 +88,8 @@ def init_device_mesh(
     *,
     mesh_dim_names: tuple[str, ...] | None = None,
 ) -> DeviceMesh:
-    """Lay the world's ranks out as ``mesh_shape`` (row-major) and make each dim's groups.
-
-    Call it on every rank, after ``torch.distributed.init_process_group``."""
+    """Lay the world's ranks out as ``mesh_shape`` (row-major) and make each dim's groups
+    (on every rank, after ``init_process_group``)."""
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(
             "init_device_mesh: expected torch.distributed.init_process_group(...) to have run "

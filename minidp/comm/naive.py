@@ -1,13 +1,11 @@
 """The parameter-server ("naive") all-reduce: everybody talks to rank 0.
 
-Why keep it: it is the first thing anyone would write, it is what ``DataParallel``'s main
-device does, and measuring it next to the ring shows the problem the ring solves: rank 0
-receives ``(n-1)·S`` bytes and sends ``(n-1)·S`` bytes, so its link is the bottleneck and
-the time grows with ``n``; every ring rank moves ``2(n-1)/n·S``, nearly flat in ``n``.
-
-Rank 0 reduces in rank order: ``((x0 OP x1) OP x2) ...``.
-
 Test: ``pytest tests/test_collectives.py -k naive``
+
+The first thing anyone would write (and what ``DataParallel``'s main device does), kept to
+measure beside the ring: rank 0 receives and sends ``(n-1)·S`` bytes, so its link is the
+bottleneck and the time grows with ``n``. Rank 0 reduces in rank order:
+``((x0 OP x1) OP x2) ...``.
 """
 
 from __future__ import annotations
@@ -37,9 +35,8 @@ def naive_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor
 
         def body(flat: torch.Tensor) -> None:
             if rank == 0:
-                inbox = torch.empty(
-                    (world - 1, flat.numel()), dtype=flat.dtype, device=flat.device
-                )  # (world-1, numel)
+                # (world-1, numel): one row per worker
+                inbox = torch.empty((world - 1, flat.numel()), dtype=flat.dtype, device=flat.device)
                 msgs = [p2p.irecv(inbox[r - 1], r, g) for r in range(1, world)]
                 for r in range(1, world):  # reduce in rank order as each arrives
                     msgs[r - 1].wait()

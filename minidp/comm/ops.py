@@ -1,20 +1,10 @@
 """Reduce ops, the dtypes they accept and the flat-view helper, shared by every collective.
 
-Ops may be given as strings ("sum", "avg", "max", "min", "product") or as
-``torch.distributed.ReduceOp`` values, like ``torch.distributed.all_reduce``.
-
-Why ``combine(local, acc)`` writes ``local OP acc`` into ``local``: gloo's ring adds the
-incoming partial sum *to* the local value (``acc = x[r] + acc``). IEEE addition is
-commutative, so the operand order does not change bits, but the *association* (which
-partial sums meet) does: that is fixed by the ring schedule in ``ring.py``.
-
-NaN under max and min: gloo reduces with ``std::max(local, acc)``, i.e. ``acc if local <
-acc else local``. Every comparison with NaN is false, so a NaN arriving in ``acc`` is
-dropped and a NaN already in ``local`` stays: the result depends on where the NaN sits
-in the ring (``[nan, 1.0]`` and ``[nan, nan]`` both happen). ``torch.maximum`` would
-return NaN whenever any rank has one; minidp copies gloo's rule, bit for bit.
-
 Test: ``pytest tests/test_collectives.py``
+
+:func:`combine` writes ``local OP acc`` into ``local``, as gloo does. Under max and min a
+NaN follows gloo's ``std::max(local, acc)``: one arriving in ``acc`` is dropped, one in
+``local`` stays (``torch.maximum`` would always spread it) — bit for bit as gloo.
 """
 
 from __future__ import annotations

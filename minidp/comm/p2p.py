@@ -1,31 +1,12 @@
 """Point-to-point messages: the only primitive minidp's collectives are built from.
 
-Every collective in ``minidp.comm`` is a pattern of ``isend``/``irecv`` calls on the
-group's own ``send``/``recv`` (``ProcessGroup.send([t], peer, tag)``), so it runs on
-any backend that has point-to-point: gloo on CPU, NCCL on GPUs.
-
-This file also turns backend failures into errors a learner can act on:
-
-* gloo's "Connection closed by peer" → :class:`PeerError` naming the peer rank;
-* gloo's "Timed out waiting ... for recv" → :class:`CollectiveTimeout` naming the peer;
-
-and feeds the traffic counters and the trace recorder (both free when off).
-
-**Device memory.** gloo sends from host memory, NCCL from GPU memory: a tensor the
-group's backend cannot read is copied where it can (``device.carrier``) — a CUDA tensor
-on gloo goes through the host, as torch's gloo collectives do — so every collective
-built on these two functions accepts the tensors torch's does.
-
-**Channels.** Two threads of one rank may run collectives on the same group at once:
-DDP's communication thread reduces buckets while a user's ``autograd.Function`` calls
-``all_reduce`` inside backward. Every collective numbers its messages from tag 0, so
-their messages would pair up with each other: wrong sums or aborts. :func:`channel`
-gives a thread its own tag space (``tag + channel * CHANNEL_SPAN``): messages of
-different channels never match, and within a channel every rank still runs the same
-collectives in the same order. Channel 0 is the user's; DDP's traffic uses
-:data:`DDP_CHANNEL`. (torch gets the same effect from one ordered queue per group.)
-
 Test: ``pytest tests/test_collectives.py tests/test_faults.py``
+
+``isend``/``irecv`` on the group's own ``send``/``recv`` (any backend), plus: backend
+failures as errors naming the peer, traffic counts and trace events, and a copy where the
+backend cannot read the tensor (``device.carrier``). :func:`channel` gives a thread its own
+tag space, so two threads' collectives on one group (DDP's comm thread, a user's
+all-reduce inside backward) never pair up (torch: one ordered queue per group).
 """
 
 from __future__ import annotations
@@ -42,8 +23,7 @@ from minidp.comm.device import backend_of, carrier, reads
 from minidp.comm.errors import CollectiveError, CollectiveTimeout, PeerError
 
 _local = threading.local()  # per-thread: name of the collective running now, channel
-# Data tags stay below CHANNEL_SPAN, header tags (agree.HEADER_TAG = 2**30) lie
-# above every channel's data range: 32 channels never share a tag (gloo: tags < 2**31).
+# data tags < CHANNEL_SPAN; header tags (2**30) lie above all 32 channels (gloo: < 2**31)
 CHANNEL_SPAN = 1 << 25
 MAX_CHANNELS = 32
 DDP_CHANNEL = 1  # the communication thread's collectives (minidp.comm.comm_thread)
@@ -66,11 +46,8 @@ def current_operation() -> str:
 
 @contextlib.contextmanager
 def channel(number: int) -> Iterator[None]:
-    """Send and receive this thread's messages in tag space ``number`` while the block runs.
-
-    Every rank must use the same channel for the same collectives (as DDP's comm thread
-    does on every rank).
-    """
+    """Send and receive this thread's messages in tag space ``number`` while the block
+    runs; every rank must use the same channel for the same collectives."""
     if not isinstance(number, int) or not 0 <= number < MAX_CHANNELS:
         raise ValueError(
             f"channel: expected an int in [0, {MAX_CHANNELS - 1}], got {number!r} "
@@ -90,9 +67,7 @@ def current_channel() -> int:
 
 
 class Work:
-    """One pending send or receive (torch's name for the handle ``isend``/``irecv`` return):
-    the backend's work plus what we need to explain it. ``kind`` is "send" or "recv", the
-    same word as ``trace.Message.kind``."""
+    """One pending send or receive (torch's name): the backend's work plus what explains it."""
 
     __slots__ = ("backend", "peer", "kind", "nbytes", "group", "staged", "target")
 
@@ -102,8 +77,7 @@ class Work:
         self.kind = kind
         self.nbytes = nbytes
         self.group = group
-        # A tensor copied where the backend can read it (``device.carrier``): kept alive
-        # until the message is done; a receive copies it into ``target`` on arrival.
+        # a copy the backend can read (device.carrier); a receive copies it into target
         self.staged = staged
         self.target = target
 
@@ -148,12 +122,8 @@ def translate(exc: BaseException, group, peer: int, kind: str) -> CollectiveErro
 
 
 def isend(tensor: torch.Tensor, peer: int, group, tag: int = 0) -> Work:
-    """Start sending ``tensor`` (contiguous) to group rank ``peer``.
-
-    ``peer`` counts within ``group``, as ``ProcessGroup.send`` does (the layer below
-    ``torch.distributed.send``, whose ``dst`` is global): the collectives are written in
-    group ranks; their public arguments (``broadcast(src=...)``) are global, like torch's.
-    """
+    """Start sending ``tensor`` (contiguous) to ``peer``, a *group* rank as in
+    ``ProcessGroup.send`` (public arguments such as ``broadcast(src=...)`` are global)."""
     nbytes = tensor.numel() * tensor.element_size()
     traffic.add("send", nbytes)
     if trace.active:
@@ -202,10 +172,8 @@ def wait_all(works: list[Work]) -> None:
 
 
 class Pending:
-    """What a collective called with ``async_op=True`` returns (torch returns a ``Work``):
-    its messages are in flight; :meth:`wait` finishes them, then ``finish()`` (a copy back
-    into a non-contiguous tensor, say). Errors name the collective, as a blocking call's do.
-    """
+    """What a collective with ``async_op=True`` returns (torch: a ``Work``): :meth:`wait`
+    finishes its messages, then ``finish()`` (a copy back into a non-contiguous tensor)."""
 
     __slots__ = ("works", "name", "finish", "done")
 

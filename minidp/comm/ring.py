@@ -3,40 +3,17 @@
 Run it: ``python -m minidp demo ring --world-size 4 --numel 12``
 Test it: ``pytest tests/test_collectives.py -k ring``
 
-The idea (every rank sends only to its left neighbour and receives only from its right):
+Every rank sends to its left neighbour and receives from its right: ``world-1``
+reduce-scatter steps leave chunk ``c`` reduced on rank ``c``, then ``world-1`` all-gather
+steps pass it round. Each rank sends ``2(n-1)/n·S`` bytes whatever ``n`` is. The book's
+ring (``minidp/textbook/collectives.py``) lists what this one adds. Two layouts share one
+algorithm (:func:`ring_pass`):
 
-* split the tensor into ``world`` chunks;
-* **reduce-scatter**, ``world-1`` steps: pass a partial sum of one chunk to the left and
-  add your own piece of the chunk that arrives; afterwards rank ``c`` holds chunk ``c``
-  fully reduced;
-* **all-gather**, ``world-1`` steps: pass the finished chunks round the ring.
-
-Every rank sends ``2(n-1)/n·S`` bytes whatever ``n`` is — the reason the ring scales and
-the parameter server (``naive.py``) does not.
-
-Two layouts share one algorithm (:func:`ring_pass`):
-
-* ``textbook``: ``world`` near-equal chunks, each sent as one message — the book's ring
-  (``minidp/textbook/collectives.py``), bit for bit: the version to read and to draw.
-* ``gloo``: the exact schedule of gloo's CPU all-reduce, so the result is *bit-for-bit*
-  equal to ``torch.distributed.all_reduce``. Chunk boundaries are multiples of gloo's
-  *segment* (``min(total/2n, 1 MiB)`` bytes), and each chunk travels as several messages,
-  every message forwarded as soon as it is summed — so sending one piece overlaps adding
-  the next, which is where the speed comes from.
-
-Chunk ``c`` is reduced in the order gloo uses: rank ``c-1`` sends its piece left, each
-rank it reaches computes ``acc = mine + acc``, and it ends on rank ``c``:
-``x[c] + (x[c+1] + (... + (x[c-2] + x[c-1])))`` (indices mod n). Floating-point addition is
-not associative, so this order is what makes the bits match.
-
-Small tensors, and why this ring is not used for them. The ring moves the fewest bytes,
-but it takes ``2(n-1)`` *dependent* steps, and for a small tensor each step costs a
-message latency and some Python, not bytes: every wait is also a chance for the waiting
-thread to be woken late by the scheduler. So ``minidp.comm.all_reduce`` sends a tensor up
-to 256 KiB whole, in one exchange, and adds the chunks locally in the order above
-(``direct.py``: the same bits); this ring takes the bigger ones. What each costs, against
-gloo's own all-reduce in the same run, and where the time goes (the header check, the data
-pass): ``python -m minidp bench allreduce --breakdown`` and the README's table.
+* ``textbook``: ``world`` near-equal chunks, one message each — the book's ring, bit for bit.
+* ``gloo``: gloo's schedule, bit for bit ``torch.distributed.all_reduce``: chunks cut on
+  gloo's segments, chunk ``c`` summed as ``x[c] + (x[c+1] + (... + (x[c-2] + x[c-1])))``
+  (indices mod n; float addition is not associative), each segment forwarded as soon as
+  it is summed, so sending one overlaps adding the next.
 """
 
 from __future__ import annotations
@@ -88,14 +65,9 @@ def _segments(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
 def schedule(
     chunks: tuple[tuple[int, int], ...], seg: int, rank: int, reduce_steps: int, copy_steps: int
 ) -> tuple[list, list, int, int]:
-    """Who receives what, when: pure arithmetic on sizes, the same for every call with the
-    same sizes — so it is computed once (cached) and a training loop's thousandth
-    all-reduce of a bucket pays only for its messages.
-
-    Returns ``slots``: every receive of the pass in order, ``(step, segment index, start,
-    end)``; ``first``: the first step's sends ``(segment index, start, end)``; the tag
-    ``stride``; and ``n_reduce``, how many receives add (the rest copy).
-    """
+    """Who receives what, when (cached: pure arithmetic on sizes): ``slots``, every receive
+    as ``(step, segment, start, end)``; ``first``, the first step's sends as ``(segment,
+    start, end)``; the tag ``stride``; ``n_reduce``, how many receives add."""
     world = len(chunks)
     off = 1 if reduce_steps else 0
     segs = [_segments(lo, hi, seg) for lo, hi in chunks]  # same on every rank
@@ -120,25 +92,14 @@ def ring_pass(
     copy_steps: int,
     window: int = 4,
 ) -> None:
-    """Trips round the ring, in place on ``flat`` (1-D, contiguous, rank-local).
+    """Trips round the ring, in place on ``flat`` (1-D, contiguous, rank-local):
+    ``reduce_steps`` adding, then ``copy_steps`` copying (all-reduce ``(n-1, n-1)``,
+    reduce-scatter ``(n-1, 0)``, all-gather ``(0, n-1)``).
 
-    The first ``reduce_steps`` steps add (reduce-scatter), the next ``copy_steps`` copy
-    (all-gather). All-reduce is ``(n-1, n-1)``, reduce-scatter ``(n-1, 0)``, all-gather
-    ``(0, n-1)``.
-
-    At step s rank r sends chunk ``r+off+s`` left and receives chunk ``r+off+1+s`` from the
-    right (off = 1 when the pass starts by reducing, else 0). So the chunk received at
-    step s is exactly the chunk sent at step s+1 — even across the reduce-scatter →
-    all-gather boundary, where the chunk a rank just finished is the first it shares —
-    and each segment is forwarded the moment it is done: the ring never waits for a
-    whole chunk, let alone a whole phase.
-
-    Receives are posted ``window`` segments ahead, so the next segments are already
-    arriving while this one is added. Reducing steps receive partial sums into a small
-    ring of ``window`` segment buffers (reused: a chunk-sized scratch would cost a page
-    fault per 4 KiB on every call); copying steps receive straight into place. Posting
-    ahead is safe: a chunk's final value can only arrive after everything this rank sent
-    of that chunk has been received downstream.
+    At step s rank r sends chunk ``r+off+s`` and receives ``r+off+1+s`` (off = 1 when
+    reducing first): what arrives is the next step's send, so each segment is forwarded the
+    moment it is done. Receives are posted ``window`` segments ahead, partial sums into
+    reused segment buffers (a chunk-sized scratch would page-fault on every call).
     """
     rank, world = group.rank(), group.size()
     steps = reduce_steps + copy_steps
@@ -148,9 +109,7 @@ def ring_pass(
     slots, first, stride, n_reduce = schedule(tuple(chunks), seg, rank, reduce_steps, copy_steps)
     nbuf = min(window, n_reduce) or 1  # buffers: no more than the reducing receives
     width = max(b - a for _, _, a, b in slots[:n_reduce]) if n_reduce else 0  # <= seg
-    scratch = torch.empty(
-        nbuf * width, dtype=flat.dtype, device=flat.device
-    )  # (nbuf * width,) rank-local
+    scratch = torch.empty(nbuf * width, dtype=flat.dtype, device=flat.device)  # rank-local
 
     def post(i: int) -> p2p.Work:
         step, k, a, b = slots[i]
@@ -158,14 +117,13 @@ def ring_pass(
         target = scratch[j * width : j * width + b - a] if step < reduce_steps else flat[a:b]
         return p2p.irecv(target, right, group, step * stride + k)
 
-    # Receives first: a send leaves only once its receiver has posted the receive.
-    # Reducing receives: a window of scratch buffers. Copying receives need no buffer of
-    # their own, so they are all posted at once and the sender never waits for one.
+    # Receives first: a send leaves only once its receiver has posted the receive. Copying
+    # receives need no buffer: all are posted at once (safe: a chunk's final value arrives
+    # only after downstream has received all this rank sent of it).
     pending = collections.deque(post(i) for i in range(min(window, n_reduce)))
     pending.extend(post(i) for i in range(n_reduce, len(slots)))
-    # The first step's sends: a send whose receive the peer has not posted yet waits inside
-    # the transport, so when reducing, send only as many as the peer has buffers for and
-    # release one more each time a buffer of ours frees up (the peer mirrors us).
+    # A send whose receive is not posted waits in the transport: when reducing, send only as
+    # many as the peer has buffers for, one more as each of ours frees (the peer mirrors us).
     ahead = window if n_reduce else len(first)
     sends = [p2p.isend(flat[a:b], left, group, k) for k, a, b in first[:ahead]]
     for i, (step, k, a, b) in enumerate(slots):
@@ -175,8 +133,7 @@ def ring_pass(
             ops.combine(op, flat[a:b], scratch[j * width : j * width + b - a])  # mine OP acc
             if i + window < n_reduce:  # reuse the buffer just consumed
                 pending.insert(window - 1, post(i + window))
-            # release the next first-step send; after our last reducing receive, all the rest
-            # (chunks may hold different numbers of segments: never leave one behind)
+            # next first-step send; after the last reducing one, all left (chunk lengths differ)
             release = first[i + ahead : i + ahead + 1] if i + 1 < n_reduce else first[i + ahead :]
             sends.extend(p2p.isend(flat[a0:b0], left, group, k0) for k0, a0, b0 in release)
         if step + 1 < steps:  # forward this segment now: it is step+1's send
@@ -185,13 +142,8 @@ def ring_pass(
 
 
 def unexpanded(tensor):
-    """``tensor`` with every expanded dim (stride 0, ``x.expand(...)``) narrowed to size 1:
-    each memory location once. ``None`` if nothing is expanded (or not a tensor).
-
-    gloo reduces an expanded tensor's *memory*, one value per location (its logical
-    copies all show the result), so minidp's collectives do the same on this view; the
-    copies could not even be written back one by one.
-    """
+    """``tensor`` with every expanded dim (stride 0) narrowed to size 1, else ``None``: like
+    gloo, the collectives reduce an expanded tensor's *memory*, once per location."""
     if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
         return None
     dims = [d for d in range(tensor.dim()) if tensor.stride(d) == 0 and tensor.shape[d] > 1]
@@ -202,18 +154,10 @@ def unexpanded(tensor):
 
 @torch.no_grad()  # like c10d: a collective is not part of the autograd graph
 def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None, layout: str = "gloo"):
-    """All-reduce ``tensor`` in place round the ring; returns it.
-
-    Args:
-        tensor: any shape (0-dim and empty too), a supported dtype; same numel and dtype on
-            every rank.
-        op: "sum", "avg", "max", "min", "product" or a ``torch.distributed.ReduceOp``.
-        group: process group; ``None`` for the thread's or the default group.
-        layout: "gloo" (bit-exact with gloo, pipelined segments) or "textbook"
-            (one chunk per rank, one message per chunk).
-
-    Returns:
-        ``tensor``, now holding the reduction over all ranks.
+    """All-reduce ``tensor`` (any shape; same numel and dtype on every rank) in place round
+    the ring; returns it. ``op``: "sum", "avg", "max", "min", "product" or a ``ReduceOp``;
+    ``group``: ``None`` for the thread's or the default group; ``layout``: "gloo"
+    (bit-exact with gloo, pipelined) or "textbook" (one message per chunk).
     """
     if layout not in ("gloo", "textbook"):
         raise ValueError(f"ring_all_reduce: layout must be 'gloo' or 'textbook', got {layout!r}")
@@ -231,28 +175,20 @@ def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None, layout: str = "g
 
 
 def gloo_ring(flat: torch.Tensor, group, op: str) -> None:
-    """The data pass of ``ring_all_reduce`` alone, in place on ``flat`` (1-D, contiguous):
-    no cross-rank check, no avg division. ``bench allreduce --breakdown`` times it."""
+    """``ring_all_reduce``'s data pass alone, in place on ``flat``: no check, no division."""
     world = group.size()
     chunks, seg = gloo_layout(flat.numel(), flat.element_size(), world)
-    # Only the chunk boundaries decide the bits. How a chunk is cut into messages is
-    # free: messages of up to 2 MiB (gloo uses 1 MiB) halve the Python overhead per byte;
-    # faster in `python -m minidp bench allreduce`.
+    # only chunk boundaries decide the bits: 2 MiB messages (gloo: 1 MiB) halve the overhead
     seg = max(seg, MESSAGE_BYTES // flat.element_size())
     # reduce-scatter (n-1 steps) then all-gather (n-1 steps), as one pipelined pass
     ring_pass(flat, chunks, seg, group, op, world - 1, world - 1)
 
 
 def reduce_in_place(tensor: torch.Tensor, op, group, who: str, body, algorithm: int):
-    """What every all-reduce does around its algorithm ``body(flat, group, op_name)``.
-
-    Resolve the group (non-members return at once), reduce an expanded tensor's memory,
-    agree across ranks, skip empty tensors and worlds of one, run ``body`` on a flat
-    contiguous view, then finish the op (avg divides). ``algorithm`` indexes
-    ``agree.ALL_REDUCE_ALGORITHMS`` and travels in the header, so ranks that picked
-    different algorithms fail the check instead of exchanging mismatched messages (-1: the
-    textbook ring, a collective of its own kind). ``who`` names the call in errors.
-    """
+    """Every all-reduce around its algorithm ``body(flat, group, op_name)``: resolve the
+    group, agree across ranks, run ``body`` on a flat contiguous view, finish the op.
+    ``algorithm`` (``agree.ALL_REDUCE_ALGORITHMS``' index; -1: the textbook ring) travels
+    in the header, so ranks that picked different ones fail the check."""
     if algorithm < 0:
         kind, extra, extra_name = "textbook_ring_all_reduce", 0, ""
     else:

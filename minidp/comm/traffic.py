@@ -1,22 +1,14 @@
 """Count the bytes and messages each rank sends and receives.
 
-Why: the one number that separates the parameter server from the ring is *traffic per
-rank*. With ``n`` ranks and ``S`` bytes, the parameter server's root receives and sends
-``(n-1)·S``; every ring rank sends ``2(n-1)/n·S`` whatever ``n`` is. This module lets a
-lesson or a benchmark measure that instead of asserting it::
+Test: ``pytest tests/test_collectives.py -k traffic``
+
+Traffic per rank separates the parameter server from the ring; measure it::
 
     with minidp.comm.count_traffic() as t:
         minidp.comm.ring_all_reduce(x)
     print(t.sent_bytes, t.recv_bytes, t.sent_msgs, t.recv_msgs)
 
-Counters are per thread, so in a thread world each rank-thread counts its own traffic. A
-rank's *communication thread* (DDP's bucket all-reduces, ZeRO-2's and FSDP's
-reduce-scatters) counts into the counters that were open on the thread that submitted the
-work (``comm_thread.py``), so a counter around a training step sees its whole traffic.
-Counting is a few integer additions per message; nothing is recorded when no counter is
-open.
-
-Test: ``pytest tests/test_collectives.py -k traffic``
+Per thread; a communication thread counts into the submitter's open counters.
 """
 
 from __future__ import annotations
