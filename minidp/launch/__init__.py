@@ -1,6 +1,5 @@
-"""Start worlds of ranks: real processes (:func:`spawn`, :class:`ProcessWorld`), thread
-worlds for fast tests (:func:`run_threads`), and :func:`launch` for scripts that must also
-run unchanged under ``torchrun``.
+"""Start worlds of ranks: processes (:func:`spawn`, :class:`ProcessWorld`), threads for
+fast tests (:func:`run_threads`), and :func:`launch` for scripts that also run under torchrun.
 
 Test: ``pytest tests/test_launch.py``
 """

@@ -1,15 +1,10 @@
 """What the launchers check before starting a world, so that bad arguments fail in one line.
 
-* ``world_size`` must be an ``int`` >= 1 and ``timeout`` a finite number of seconds > 0
-  (a string, ``None`` or ``inf`` would otherwise surface as a C++ error from gloo or as
-  "that rank stalled");
-* a script must start processes under ``if __name__ == "__main__":`` — each rank process
-  re-imports the main script (start method "spawn"), and an unguarded call would start
-  ranks again inside every rank;
-* the rank function must be importable by a fresh process: one defined in ``python -c``,
-  on stdin or in a notebook cell lives only in this interpreter.
-
 Test: ``pytest tests/test_reliability_launch.py``
+
+``world_size`` an int >= 1, ``timeout`` finite seconds > 0 (else a C++ error from gloo);
+the call under ``if __name__ == "__main__":`` (each rank re-imports the main script); a
+rank function a fresh process can import (not one from ``python -c`` or a notebook cell).
 """
 
 from __future__ import annotations
@@ -68,11 +63,7 @@ def _main_module_file() -> str | None:
 
 
 def check_importable(launcher: str, fn: Any) -> None:
-    """Refuse a rank function that a freshly started process could not import.
-
-    Rank processes start with the "spawn" method: they import ``fn``'s module by name.
-    ``__main__`` can be imported only when it is a file (or run with ``-m``).
-    """
+    """Refuse a rank function a spawned process cannot import (``__main__`` not a file)."""
     if getattr(fn, "__module__", None) != "__main__":
         return
     main = sys.modules.get("__main__")
@@ -88,11 +79,7 @@ def check_importable(launcher: str, fn: Any) -> None:
 
 
 def check_main_guard(launcher: str) -> None:
-    """Refuse a call made while the main script runs at top level, outside the guard.
-
-    Walks up to the main script's module-level frame and asks its source (``ast``) whether
-    that line sits inside ``if __name__ == "__main__":``.
-    """
+    """Refuse a call from the main script's top level outside the ``__main__`` guard."""
     path = _main_module_file()
     frame = inspect.currentframe()
     while frame is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import signal
 
 
 @dataclasses.dataclass
@@ -23,8 +24,6 @@ class Failure:
             return f"rank {self.rank} was still running at the {self.message} deadline"
         if self.exitcode is not None:
             if self.exitcode < 0:
-                import signal
-
                 try:
                     name = signal.Signals(-self.exitcode).name
                 except ValueError:
@@ -48,15 +47,7 @@ def pick_primary(failures: list[Failure]) -> Failure:
 
 
 class WorkerError(RuntimeError):
-    """A rank raised, died or timed out. ``.rank`` is the first failing rank (the root cause).
-
-    Attributes:
-        rank: the failing rank.
-        exc_type: its exception's class name ("" if the process died).
-        exitcode: the process exit code (negative for a signal), or None.
-        traceback: the rank's traceback text.
-        failures: every failure seen, root cause first.
-    """
+    """A rank failed; ``rank``, ``exc_type``, ``exitcode``, ``traceback``: the root cause's."""
 
     def __init__(self, failures: list[Failure], launcher: str, note: str = "") -> None:
         primary = pick_primary(failures)

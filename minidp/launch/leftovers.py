@@ -1,8 +1,5 @@
-"""Which processes this one has left running — to prove a launcher cleaned up after itself.
-
-    before = minidp.launch.child_processes()
-    ...                                    # spawn a world, make a rank fail
-    assert minidp.launch.child_processes() <= before
+"""Which processes this one has left running — to prove a launcher cleaned up after itself:
+take ``child_processes()`` before a world and check that nothing new is left after it.
 
 Test: ``pytest tests/test_launch.py tests/test_faults.py``
 """
@@ -15,12 +12,8 @@ from multiprocessing import resource_tracker
 
 
 def child_processes() -> set[int]:
-    """PIDs of this process's live (non-zombie) children, on Linux (``/proc``).
-
-    multiprocessing's resource tracker — a helper process started by the first ``spawn``
-    and kept for the life of the program — is started first, so it is in every snapshot
-    and never counted as a leftover rank.
-    """
+    """PIDs of this process's live children (Linux). multiprocessing's resource tracker is
+    started first, so it is in every snapshot, never a leftover."""
     resource_tracker.ensure_running()
     return children_of(os.getpid())
 
@@ -44,11 +37,7 @@ def children_of(pid: int) -> set[int]:
 
 
 def kill_descendants(pid: int) -> None:
-    """SIGKILL every process below ``pid`` (a rank's DataLoader workers, say), deepest last.
-
-    Collected first, killed after: a killed parent's children would be re-parented and
-    drop out of the tree before they were found.
-    """
+    """SIGKILL every process below ``pid``, all found first (orphans would be re-parented)."""
     tree, frontier = [], [pid]
     while frontier:
         below = [c for p in frontier for c in children_of(p)]

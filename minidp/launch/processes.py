@@ -1,39 +1,12 @@
 """Real worlds of ranks: one process per rank, each in ``torch.distributed``'s default group.
 
-Run a function on 4 ranks::
-
-    import minidp
-    def main(rank, world_size):
-        t = torch.full((3,), float(rank))
-        minidp.comm.ring_all_reduce(t)
-        return t
-    results = minidp.launch.spawn(main, 4)        # one entry per rank, rank order
-
-Keep a world alive across many calls (what the tests do — starting a process costs ~1 s)::
-
-    with minidp.launch.ProcessWorld(4) as world:
-        a = world.run(main)
-        b = world.run(other)
-
-Rendezvous: the parent opens a ``TCPStore`` on a free loopback port (no port race) and
-every child joins it with ``init_process_group(backend, store=..., rank=, world_size=)``.
-The children also get the variables ``torchrun`` sets (RANK, WORLD_SIZE, LOCAL_RANK,
-MASTER_ADDR, MASTER_PORT, ...), so scripts can read them the same way in both.
-
-A rank that raises, dies or is killed: the parent collects every failure for a moment,
-raises :class:`WorkerError` naming the root cause (a rank's own exception beats a death
-beats a bystander's "connection lost"), and kills the remaining ranks. Ctrl-C or any other
-exception in the parent (during start-up too) kills every rank before it propagates.
-
-Ranks are ordinary (non-daemon) processes, as with ``torch.multiprocessing.spawn``, so
-they may start their own children (``DataLoader(num_workers=2)``; as under torch's spawn,
-those start with the "spawn" method too, each importing torch — a second or more each;
-``DataLoader(..., multiprocessing_context="fork")`` starts them at once). Nothing outlives
-the launcher: a rank watches its parent and, when it disappears, kills its own children and
-exits; a world that is garbage-collected or still open when the program exits is killed;
-killing a rank kills its children first.
-
 Test: ``pytest tests/test_launch.py``
+
+``spawn(main, 4)`` runs ``main(rank, world_size)`` on 4 processes; ``ProcessWorld(4)``
+keeps them for many ``run`` calls. Children join the parent's ``TCPStore`` with torchrun's
+variables set. A failing rank raises :class:`WorkerError` naming the root cause, and every
+rank is killed; ranks may start DataLoader workers (non-daemon, as ``torch``'s spawn), and
+nothing outlives the launcher.
 """
 
 from __future__ import annotations
@@ -50,12 +23,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from minidp.launch.checks import (
-    check_importable,
-    check_main_guard,
-    check_timeout,
-    check_world_size,
-)
+from minidp.launch.checks import check_importable, check_main_guard, check_timeout, check_world_size
 from minidp.launch.errors import Failure, WorkerError
 from minidp.launch.leftovers import kill_descendants
 from minidp.launch.rank import worker
@@ -73,14 +41,8 @@ def _kill_ranks(procs: list) -> None:
 
 
 class ProcessWorld:
-    """``world_size`` long-lived rank processes that run functions on request.
-
-    Args:
-        world_size: number of ranks.
-        backend: "gloo" (CPU) or "nccl" (one GPU per rank).
-        timeout: seconds a collective may wait (the process group's timeout); also the
-            deadline for start-up.
-    """
+    """``world_size`` long-lived rank processes that run functions on request. ``backend``:
+    "gloo" (CPU) or "nccl" (one GPU per rank); ``timeout``: seconds a collective may wait."""
 
     def __init__(self, world_size: int, backend: str = "gloo", timeout: float = 60.0) -> None:
         world_size = check_world_size("ProcessWorld", world_size)
@@ -99,8 +61,7 @@ class ProcessWorld:
             datetime.timedelta(seconds=timeout),
             wait_for_workers=False,
         )  # parent-held rendezvous server; its port is free by construction
-        # Killed with the world: when it is garbage-collected, or at exit (before
-        # multiprocessing joins non-daemon children, which would wait forever).
+        # killed with the world, or at exit (before multiprocessing joins them forever)
         mp_util.Finalize(self, _kill_ranks, args=(self._procs,), exitpriority=10)
         ctx = mp.get_context("spawn")
         try:
@@ -117,19 +78,15 @@ class ProcessWorld:
                 child_end.close()
                 self._conns.append(parent_end)
                 self._procs.append(p)
-            # Start-up (each rank imports torch) gets its own generous deadline: a short
-            # collective timeout must not make a loaded machine fail to start.
+            # start-up (importing torch) must not fail for a short collective timeout
             self._collect("ProcessWorld start-up", max(timeout, STARTUP_S))
         except BaseException:  # Ctrl-C in a notebook included: no rank may outlive it
             self.close(kill=True)
             raise
 
     def run(self, fn: Callable[..., Any], *args, timeout: float | None = None) -> list:
-        """Run ``fn(rank, world_size, *args)`` on every rank; return results in rank order.
-
-        ``fn`` and ``args`` must be picklable (a module-level function). ``timeout``: a
-        deadline for the whole call (default: none beyond the collectives' own timeout).
-        """
+        """Run ``fn(rank, world_size, *args)`` (picklable) on every rank; results in rank
+        order. ``timeout``: a deadline for the whole call."""
         if self.broken:
             raise RuntimeError("ProcessWorld: this world already failed; start a new one")
         if timeout is not None:
@@ -246,15 +203,7 @@ def spawn(
     deadline: float | None = None,
 ) -> list:
     """Start ``world_size`` rank processes, run ``fn(rank, world_size, *args)``, return results.
-
-    ``timeout``: seconds any collective may wait (the process group's timeout).
-    ``deadline``: seconds the whole run may take (default: no limit) — for ranks that can
-    get stuck outside any collective.
-
-    Raises:
-        WorkerError: a rank raised or died; names the first failing rank with its traceback
-            (or exit code / signal). All other ranks are stopped; no process is left behind.
-    """
+    ``timeout``: a collective's limit, ``deadline`` the run's (s). Raises :class:`WorkerError`."""
     world_size = check_world_size("spawn", world_size)
     timeout = check_timeout("spawn", timeout)
     if deadline is not None:

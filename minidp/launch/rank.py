@@ -1,9 +1,7 @@
-"""What runs inside each rank process that :class:`~minidp.launch.ProcessWorld` starts.
-
-A rank joins the parent's rendezvous (``TCPStore``) and the default group, sets the
-variables ``torchrun`` sets, then runs the functions the parent sends over a pipe, one at a
-time, sending back each result or exception. A thread watches the parent: if it
-disappears, the rank kills its own children and exits, so nothing is left behind.
+"""What runs inside each rank process that :class:`~minidp.launch.ProcessWorld` starts:
+join the parent's ``TCPStore`` and the default group with torchrun's variables set, run the
+functions the parent sends over a pipe, send back each result or exception, and exit (with
+its children) when the parent is gone.
 
 Test: ``pytest tests/test_launch.py``
 """
@@ -21,6 +19,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
+from minidp.comm.errors import PeerError
 from minidp.launch.leftovers import kill_descendants
 
 
@@ -53,8 +52,7 @@ def worker(rank, world_size, port, backend, timeout, conn, parent_pid) -> None:
     if "OMP_NUM_THREADS" not in os.environ and world_size > 1:
         torch.set_num_threads(1)  # like torchrun: ranks sharing cores should not oversubscribe
     if "nccl" in backend and torch.cuda.is_available():
-        # NCCL: one GPU per rank, chosen here as torchrun scripts do with LOCAL_RANK
-        # (without it every rank's NCCL buffers land on GPU 0)
+        # NCCL: one GPU per rank, as torchrun scripts pick with LOCAL_RANK (else all on GPU 0)
         torch.cuda.set_device(rank % torch.cuda.device_count())
     try:
         store = dist.TCPStore(
@@ -85,9 +83,7 @@ def worker(rank, world_size, port, backend, timeout, conn, parent_pid) -> None:
         except BaseException as exc:
             conn.send(("error", describe(exc)))
             conn.close()
-            # Exit now: closing this rank's sockets makes peers blocked on it raise PeerError
-            # at once, instead of waiting to be killed. The world is unusable after a
-            # failure anyway (the launcher marks it broken).
+            # exit now: closed sockets make blocked peers raise PeerError at once
             _exit_now()
     try:
         destroy_group()
@@ -97,25 +93,13 @@ def worker(rank, world_size, port, backend, timeout, conn, parent_pid) -> None:
 
 
 def describe(exc: BaseException) -> tuple[str, str, str, bool]:
-    from minidp.comm.errors import PeerError
-
     return type(exc).__name__, str(exc), traceback.format_exc(), isinstance(exc, PeerError)
 
 
 def destroy_group() -> None:
-    """Free everything that still holds the group, then destroy it.
-
-    Wrappers such as DDP live in reference cycles (module <-> reducer <-> hooks) that only
-    the cyclic garbage collector frees. Left to interpreter shutdown, they would drop the
-    last reference to the gloo group in the middle of finalization, which can abort the
-    process ("terminate called without an active exception") after a successful run.
-
-    The short sleep first: gloo's worker thread releases each finished collective's tensors
-    a moment after ``wait()`` returns, and needs the GIL for that when Python has already
-    dropped them. torch 2.4's group destructor holds the GIL while it waits for that
-    thread, so destroying at that moment deadlocks (seen with ``torchrun``); sleeping
-    releases the GIL and lets the worker finish first.
-    """
+    """Collect what still holds the group (DDP's cycles would drop it mid-shutdown, an
+    abort), then destroy it, after a sleep that lets gloo's worker release its tensors
+    (torch 2.4's destructor waits for it holding the GIL: a deadlock)."""
     gc.collect()
     if dist.is_initialized():
         time.sleep(0.05)

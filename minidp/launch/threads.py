@@ -1,23 +1,11 @@
 """Thread worlds: ``world_size`` ranks as threads of this process, each with a real gloo group.
 
-Why: starting processes costs a second or more each; a thread world of 4 ranks starts in
-milliseconds. Each thread gets its *own* ``ProcessGroupGloo`` (real TCP pairs on
-loopback, real gloo send/recv), made the thread's current group, so ``minidp.comm`` calls
-without ``group=`` use it. That is what lets property tests run hundreds of worlds.
-
-Limits: threads share the global RNG and autograd state — build models and data before
-the threads start, or use explicit ``torch.Generator``s. Official DDP needs a full
-``ProcessGroup``; compare against it in real processes (``minidp.launch.spawn``).
-
-A thread cannot be killed. A rank still running at the deadline is stopped where that is
-possible: a rank blocked in a collective is freed by aborting the groups, and a rank
-running Python code gets an exception raised into it (``RankStopped``, through CPython's
-``PyThreadState_SetAsyncExc``), which ends it at its next bytecode. A rank stuck inside
-one long C call (``time.sleep``, a big matmul) only sees it when that call returns; until
-then it keeps running, and ``run_threads`` warns naming it. Code that may hang belongs in
-processes (``spawn(..., deadline=...)`` kills them).
-
 Test: ``pytest tests/test_launch.py -k threads``
+
+Fast to start (for property tests); each thread's own ``ProcessGroupGloo`` is its current
+group. Threads share the RNG and autograd state, and torch's DDP needs processes. A thread
+cannot be killed: at the deadline the groups are aborted and ``RankStopped`` is raised
+into ranks running Python; one inside a long C call runs on, with a warning.
 """
 
 from __future__ import annotations
@@ -47,25 +35,16 @@ STOP_WAIT_S = 2.0  # then, after the exception raised into a still-running rank
 
 _worlds = itertools.count()
 
-# torch's flight recorder (its process-wide log of recent collectives) adds a group to a
-# shared map on the group's first collective. In torch 2.11 it does so *before* taking its
-# lock; a thread world makes several groups whose first collectives start at once, and
-# concurrent inserts corrupt the map: lost entries, now and then a segmentation fault.
-# 2.13 takes the lock first; 2.8 does not log gloo at all; 2.9, 2.10 and 2.12 are
-# untested and included to be safe. There each rank's first collective, a barrier, is
-# started under one lock, so the inserts happen one at a time, and all are done before
-# any rank's own code runs (the barrier completes only once every rank started it).
+# torch 2.11's flight recorder registers a group before taking its lock, so concurrent
+# first collectives corrupt its map (fixed in 2.13; 2.8 does not log gloo; 2.9-2.12 all
+# guarded, to be safe): there each rank's first collective, a barrier, starts under one lock.
 _TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 FIRST_COLLECTIVE_RACES = (2, 9) <= _TORCH < (2, 13)
 _first_collective = threading.Lock()
 
 
 def thread_group(store, rank: int, size: int, timeout: datetime.timedelta):
-    """A rank thread's own ``ProcessGroupGloo``, ready for the rank's first collective.
-
-    Every rank of the world calls it at about the same time (it returns once all have
-    joined). Used by :func:`run_threads` and by the exercise checker's reusable worlds.
-    """
+    """A rank thread's own ``ProcessGroupGloo``, returned once every rank has joined."""
     group = dist.ProcessGroupGloo(store, rank, size, timeout)
     if FIRST_COLLECTIVE_RACES:
         with _first_collective:
@@ -76,17 +55,7 @@ def thread_group(store, rank: int, size: int, timeout: datetime.timedelta):
 
 def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float = 60.0) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` threads; results in rank order.
-
-    Args:
-        fn: called once per rank with its own current gloo group.
-        world_size: number of ranks (>= 1).
-        timeout: seconds any single send/recv may wait, and the deadline for the whole run.
-
-    Raises:
-        WorkerError: a rank raised or the run outlived ``timeout``; names the first failing
-            rank with its traceback. The failing rank's group is aborted at once, so ranks
-            waiting on it fail within milliseconds instead of at the timeout.
-    """
+    ``timeout``: a send/recv's limit and the run's deadline. Raises :class:`WorkerError`."""
     world_size = check_world_size("run_threads", world_size)
     timeout = check_timeout("run_threads", timeout)
     store = dist.HashStore()  # rendezvous for this world only
@@ -97,7 +66,6 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
     order = itertools.count()
     td = datetime.timedelta(seconds=timeout)
     name = f"minidp-world{next(_worlds)}"
-
     checked_mode = is_checked()  # the caller's checked mode carries into every rank thread
 
     def worker(rank: int) -> None:
@@ -126,10 +94,8 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
                 failures.append(failure)
         else:
             return
-        # Failed: close this rank's connections so peers blocked on it fail at once with
-        # "connection closed" instead of waiting for the timeout. Here, after the except
-        # block, the exception's frames are gone; what may still hold the group are
-        # wrappers in reference cycles (DDP), which the collection frees.
+        # Failed: close this rank's connections so peers blocked on it fail at once. After
+        # the except block only reference cycles (DDP) may still hold the group: collect.
         _abort(groups[rank])
         groups[rank] = None
         gc.collect()
@@ -175,11 +141,7 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args, timeout: float =
 
 
 class RankStopped(BaseException):
-    """Raised into a rank thread still running at ``run_threads``' deadline, to end it.
-
-    A ``BaseException`` (like ``KeyboardInterrupt``), so ``except Exception`` in the rank's
-    code does not swallow it.
-    """
+    """Raised into a rank still running at the deadline; ``except Exception`` cannot catch it."""
 
 
 def _join(threads: list[threading.Thread], ranks: list[int], seconds: float) -> None:
