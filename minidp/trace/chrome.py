@@ -1,14 +1,9 @@
 """The Chrome trace format: ``to_chrome``, ``save``, ``load`` (Perfetto, chrome://tracing).
 
-Recorded events are already Chrome trace events with the rank as ``pid`` and the lane
-name as ``tid``; export shifts times to start at 0, numbers the lanes (viewers want
-integer threads), names the tracks "rank N", and adds send -> recv arrows.
-
-    from minidp import trace
-    trace.save("procs.trace.json", events_rank0, events_rank1)   # merge and write
-    trace.load("procs.trace.json")                                # the events back
-
 Test: ``pytest tests/test_trace.py``
+
+Events are recorded as Chrome trace events (rank = ``pid``, lane = ``tid``); export starts
+time at 0, numbers the lanes, names the tracks "rank N" and adds send -> recv arrows.
 """
 
 from __future__ import annotations
@@ -27,12 +22,7 @@ def _lane_key(lane: str) -> tuple[int, str]:
 
 
 def _flows(events: list[dict]) -> list[dict]:
-    """Arrows from each send to the receive that completed it (Perfetto draws them).
-
-    Matching is first-in first-out per (sender, receiver) pair and only between events of
-    equal size, which is how gloo delivers messages between two ranks for the collectives
-    here; an unmatched event simply gets no arrow.
-    """
+    """Arrows from each send to its receive: first in, first out per pair and size, as gloo."""
     sends: dict[tuple[int, int], list[dict]] = {}
     for e in events:
         if e["name"] == "send" and "peer" in e.get("args", {}):
@@ -55,11 +45,7 @@ def _flows(events: list[dict]) -> list[dict]:
 
 
 def to_chrome(*event_lists: Iterable[dict], flows: bool = True) -> dict:
-    """Merge event lists into a Chrome trace object (``{"traceEvents": [...]}``).
-
-    Times start at 0; each rank is a process named "rank N"; lanes become numbered threads
-    named after the lane, in the order of ``LANE_ORDER``.
-    """
+    """Merge event lists into a Chrome trace object (``{"traceEvents": [...]}``)."""
     events = sorted((e for lst in event_lists for e in lst), key=lambda e: e["ts"])
     t0 = min((e["ts"] for e in events), default=0.0)
     lanes = sorted({e["tid"] for e in events}, key=_lane_key)
@@ -68,8 +54,7 @@ def to_chrome(*event_lists: Iterable[dict], flows: bool = True) -> dict:
     for e in events:
         e = {**e, "ts": e["ts"] - t0, "tid": tid[e["tid"]]}
         if flows and e["ph"] == "i" and e["name"] in ("send", "recv"):
-            # An arrow binds to the *slice* around its end points; an instant is not one,
-            # so messages are exported as 1-microsecond slices.
+            # an arrow binds to a *slice*: messages become 1-microsecond slices
             e = {k: v for k, v in e.items() if k != "s"} | {"ph": "X", "dur": 1.0}
         out.append(e)
     if flows:

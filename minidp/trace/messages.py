@@ -1,15 +1,14 @@
 """Every send/recv through a process group, logged: ``tap``, ``MessageLog``, ``Message``.
 
-``tap(group, log)`` returns a group that behaves like ``group`` and also logs each message
-with its peer, tag, bytes, place inside a watched tensor, and a copy of the payload — an
-observer, the collective itself is unchanged. The ring demo replays its steps from this.
+Test: ``pytest tests/test_trace.py``
+
+``tap(group, log)`` behaves like ``group`` and logs each message (peer, tag, bytes, place
+in a watched tensor, a copy of the payload); the ring demo replays its steps from it::
 
     log = trace.MessageLog()
     g = trace.tap(minidp.comm.group.resolve(), log, watch=x)   # inside a rank
     minidp.comm.ring_all_reduce(x, group=g, layout="textbook")
     for m in log.sends(): print(m.src, "->", m.dst, m.offset, m.payload)
-
-Test: ``pytest tests/test_trace.py``
 """
 
 from __future__ import annotations
@@ -23,12 +22,8 @@ from minidp.trace.record import now_us
 
 @dataclasses.dataclass
 class Message:
-    """One send or receive seen through a tapped group.
-
-    ``offset``: element offset of the message's tensor inside the watched tensor, or None
-    when the tensor is not part of it (a header, a scratch buffer). ``payload``: a copy of
-    the data, taken when the send was posted (sends only).
-    """
+    """One send or receive seen through a tapped group. ``offset``: in the watched tensor
+    (None: a header, a scratch buffer); ``payload``: a copy (sends only)."""
 
     kind: str  # "send" or "recv"
     src: int
@@ -54,8 +49,7 @@ class MessageLog:
             self.messages.append(message)
 
     def sends(self, src: int | None = None, watched: bool = True) -> list[Message]:
-        """Sends, in each rank's posting order; ``watched``: only those inside the watched
-        tensor (data, not headers)."""
+        """Sends, in each rank's posting order; ``watched``: only data, not headers."""
         out = [
             m
             for m in self.messages
@@ -132,12 +126,6 @@ class TappedGroup:
 
 
 def tap(group, log: MessageLog, watch=None, copy: bool = True) -> TappedGroup:
-    """Wrap ``group`` so every send/recv through it is logged in ``log``.
-
-    Args:
-        group: a process group (``minidp.comm.group.resolve()`` inside a rank).
-        log: where messages go; share one log between the ranks of a thread world.
-        watch: a tensor whose views the messages are located in (``Message.offset``).
-        copy: keep a copy of each sent payload (small tensors: demos and tests).
-    """
+    """Wrap ``group`` so every send/recv through it is logged in ``log`` (one log may serve
+    every rank); ``watch``: the tensor offsets refer to; ``copy``: keep sent payloads."""
     return TappedGroup(group, log, watch, copy)

@@ -1,18 +1,9 @@
 """Recording events: ``Recording``, ``span``, ``instant``, ``complete``, ``now_us``.
 
-Every open ``recording()`` receives every event emitted by any thread of this process;
-when none is open, each call returns after one test of the list of open recordings.
-``recording()`` itself is the package's (``minidp/trace/__init__.py``): it opens and
-closes recordings here with :func:`start`/:func:`stop` and flips ``trace.active``, the
-flag the hot paths read, so this module never imports its own package.
-
-    from minidp import trace
-    with trace.recording() as rec:
-        with trace.span("backward", lane="compute"):
-            ...
-    rec.save("step.trace.json")
-
 Test: ``pytest tests/test_trace.py``
+
+Every open ``recording()`` gets every event from any thread; with none open, each call
+returns after one test. ``recording()`` (the package's) opens them with :func:`start`.
 """
 
 from __future__ import annotations
@@ -30,11 +21,7 @@ lock = threading.Lock()  # guards _recordings, and trace.active while recording(
 
 
 def now_us() -> float:
-    """Microseconds on the clock every event uses.
-
-    ``perf_counter`` is CLOCK_MONOTONIC on Linux: shared by every process on the machine,
-    so the tracks of several rank processes line up on one time axis.
-    """
+    """Microseconds on ``perf_counter`` (CLOCK_MONOTONIC: one time axis for all processes)."""
     return time.perf_counter_ns() / 1000.0
 
 
@@ -75,7 +62,10 @@ def stop(rec: Recording) -> bool:
     return bool(_recordings)
 
 
-def _emit(event: dict) -> None:
+def _emit(name: str, lane: str, rank: int | None, args: dict, **fields) -> None:
+    """One event (``fields``: its phase and times) on ``rank``'s track, else this rank's."""
+    pid = identity.track_rank() if rank is None else rank
+    event = {"name": name, **fields, "pid": pid, "tid": lane, "args": args}
     with lock:
         for rec in _recordings:
             rec.events.append(event)
@@ -85,17 +75,7 @@ def instant(name: str, lane: str = "comm", rank: int | None = None, **args) -> N
     """Record a point event on ``lane`` of this rank's track."""
     if not _recordings:
         return
-    _emit(
-        {
-            "name": name,
-            "ph": "i",
-            "s": "t",
-            "ts": now_us(),
-            "pid": identity.track_rank() if rank is None else rank,
-            "tid": lane,
-            "args": args,
-        }
-    )
+    _emit(name, lane, rank, args, ph="i", s="t", ts=now_us())
 
 
 def complete(
@@ -106,24 +86,11 @@ def complete(
     rank: int | None = None,
     **args,
 ) -> None:
-    """Record a duration measured by the caller (``start_us``/``end_us`` from :func:`now_us`).
-
-    For work that starts in one place and ends in another — a bucket all-reduce launched
-    by a gradient hook and waited for at the end of backward.
-    """
+    """Record a duration measured by the caller (``start_us``/``end_us`` from :func:`now_us`),
+    for work that starts in one place and ends in another (a bucket's all-reduce)."""
     if not _recordings:
         return
-    _emit(
-        {
-            "name": name,
-            "ph": "X",
-            "ts": start_us,
-            "dur": max(end_us - start_us, 0.001),
-            "pid": identity.track_rank() if rank is None else rank,
-            "tid": lane,
-            "args": args,
-        }
-    )
+    _emit(name, lane, rank, args, ph="X", ts=start_us, dur=max(end_us - start_us, 0.001))
 
 
 class _Span:
