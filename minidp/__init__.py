@@ -1,9 +1,8 @@
 """minidp — data parallelism from scratch, checked against PyTorch.
 
-* ``minidp.comm`` — collectives from send/recv (ring and parameter-server all-reduce).
-* ``minidp.launch`` — worlds of ranks: processes, threads, torchrun.
-* ``minidp.dp`` — ``DataParallel`` the parameter-server way (threads, one process).
-* ``minidp.ddp`` — ``DistributedDataParallel`` from hooks and buckets.
+Three shelves: the book (``minidp.textbook``, one short page per idea, read in order), the
+engine (``comm``, ``launch``, ``dp``, ``ddp``, ``zero``, ``fsdp``, ``nn``, ``trace``: the
+torch-faithful library) and the tools (``minidp.tools``: ``python -m minidp ...``).
 
 Start: ``python -m minidp demo ring``; test: ``pytest``.
 """
