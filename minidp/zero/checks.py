@@ -1,25 +1,23 @@
 """Errors instead of hangs or silently wrong sharding, for every ZeRO stage.
 
-A sharded optimizer goes wrong quietly: if two ranks partition different parameter lists,
-each broadcasts or gathers shards the other does not expect, and the step either hangs
-or mixes up tensors. So the checks here run before any sharded communication, and the
-cross-rank one raises on *every* rank at once (the same table is gathered everywhere).
+They run before any sharded communication (a bad call raises at once on every rank); the
+cross-rank one raises on *every* rank, since ranks that partition different parameter
+lists would hang or mix tensors up. ZeRO-1's arguments are checked as torch's are.
 
-Test: ``pytest tests/test_zero.py -k error``
+Test: ``pytest tests/test_zero.py -k error tests/test_zero1_interface.py``
 """
 
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import torch
 
 from minidp.comm import all_gather
 
 _DIMS = 6  # shape dims compared across ranks; more are folded into numel
-# Optimizers whose step cannot be split by parameter: L-BFGS re-evaluates the whole
-# model inside step (ranks would run different numbers of forward/backward passes and
-# hang), SparseAdam needs sparse gradients (ZeRO shards dense ones).
+# steps that cannot be split by parameter (L-BFGS's ranks would run unequal passes, and hang)
 UNSUPPORTED = {
     "LBFGS": "its step() calls the closure a data-dependent number of times",
     "SparseAdam": "it needs sparse gradients, which ZeRO does not shard",
@@ -75,17 +73,58 @@ def check_dense_grads(who: str, params: list[torch.Tensor]) -> None:
             )
 
 
+def param_list(who: str, params: Any) -> list:
+    """``params`` as a list of tensors or of group dicts; torch's TypeErrors otherwise."""
+    if isinstance(params, torch.Tensor):
+        # a tensor is iterable: list() would make each row a "parameter" no model uses
+        raise TypeError(
+            f"{who}: expected params to be an iterable of tensors or of parameter-group "
+            f"dicts, got a single {torch.typename(params)} of shape {tuple(params.shape)}. "
+            f"Hint: wrap it in a list, {who}([tensor], ...), or pass model.parameters()"
+        )
+    try:
+        out = list(params)
+    except TypeError as exc:
+        raise TypeError(
+            f"{who}: expected params to be an iterable of tensors or of parameter-group "
+            f"dicts, got {type(params).__name__}, which is not iterable. Hint: pass "
+            "model.parameters()"
+        ) from exc
+    if not out:
+        raise ValueError(f"{who}: expected at least one parameter, got an empty list")
+    dicts = sum(isinstance(p, dict) for p in out)
+    if 0 < dicts < len(out):
+        raise TypeError(
+            f"{who}: expected params to be all tensors or all parameter-group dicts, got "
+            f"{dicts} dicts and {len(out) - dicts} other items. Hint: put loose tensors in a "
+            'group of their own: [{"params": [...]}, ...]'
+        )
+    return out
+
+
+def check_no_overlap(who: str, overlap_with_ddp: bool) -> None:
+    """``overlap_with_ddp=True`` is refused: it is another algorithm, not an option."""
+    if overlap_with_ddp:
+        raise ValueError(
+            f"{who}: expected overlap_with_ddp=False, got {overlap_with_ddp!r}: minidp's "
+            "ZeRO-1 steps after backward and does not run the optimizer inside DDP's "
+            "communication hook (torch's ddp_zero_hook.py, with a functional optimizer). "
+            "Hint: leave overlap_with_ddp=False and call opt.step() after backward, or use "
+            "minidp.zero.Zero2Optimizer, whose reduce-scatter overlaps backward"
+        )
+
+
 def _row(group_index: int, p: torch.Tensor) -> list[int]:
     dims = list(p.shape[:_DIMS]) + [-1] * (_DIMS - min(p.dim(), _DIMS))
     return [group_index, p.dim(), p.numel(), int(p.requires_grad), *dims]
 
 
-def verify_same_parameters(who: str, group, param_groups: list[list[torch.Tensor]]) -> None:
+def verify_same_parameters(who: str, group, param_groups: list[dict]) -> None:
     """Raise on every rank unless all ranks pass the same parameter groups (count and shapes)."""
     world, rank = group.size(), group.rank()
     if world == 1:
         return
-    rows = [_row(g, p) for g, params in enumerate(param_groups) for p in params]
+    rows = [_row(g, p) for g, pg in enumerate(param_groups) for p in pg["params"]]
     head = torch.tensor([len(rows), len(param_groups)], dtype=torch.int64)
     heads = [torch.empty_like(head) for _ in range(world)]
     all_gather(heads, head, group)

@@ -1,18 +1,11 @@
 """Who owns what: the two ways ZeRO splits the model across ranks.
 
-* :func:`partition_parameters` — whole parameters, torch's ``ZeroRedundancyOptimizer``
-  rule (ZeRO-1): for each parameter group in order, sort its parameters by ``numel``,
-  largest first (a stable sort: ties keep their order), and give each one to the rank
-  that owns the fewest elements so far (the lowest such rank on a tie). The running
-  totals carry over from one group to the next. Same rule, same owners, same optimizer
-  state on each rank as torch's — which is what makes the bits comparable.
-* :func:`row_range` — one parameter cut on dim 0 (ZeRO-2 here, FSDP2's rule): rank
-  ``r`` holds rows ``[r*c, (r+1)*c)`` clipped to the parameter, ``c = ceil(rows / W)``,
-  exactly ``torch.chunk``; trailing ranks may hold fewer rows, or none.
-
-Whole parameters keep the optimizer's per-tensor arithmetic untouched but balance only
-roughly (one big embedding can outweigh the rest); rows balance to within one row per
-parameter, at the price of cutting every tensor.
+* :func:`partition_parameters` — whole parameters (ZeRO-1), torch's rule: group by group,
+  largest ``numel`` first (stable), each to the rank owning the fewest elements so far
+  (lowest on a tie; totals carry across groups). Same owners as torch, so bits compare.
+  It balances roughly (one big embedding can outweigh the rest).
+* :func:`row_range` — a parameter cut on dim 0 (ZeRO-2, FSDP2's rule, ``torch.chunk``):
+  rows ``[r*c, (r+1)*c)`` clipped, ``c = ceil(rows / W)``; balanced to a row per parameter.
 
 Test: ``pytest tests/test_zero.py -k partition``
 """
@@ -25,11 +18,8 @@ import torch
 
 
 def partition_parameters(param_groups: list[dict], world_size: int) -> list[list[dict]]:
-    """Split ``param_groups`` into one list of groups per rank (torch's sorted-greedy rule).
-
-    Every rank gets one group per input group (possibly with no parameters), carrying the
-    input group's options, so the local optimizers see the same hyper-parameters.
-    """
+    """Split ``param_groups`` into one list of groups per rank (torch's sorted-greedy rule):
+    every rank gets one group per input group, maybe empty, with the group's options."""
     sizes = [0] * world_size  # elements owned so far, per rank
     per_rank: list[list[dict]] = [[] for _ in range(world_size)]
     for group in param_groups:

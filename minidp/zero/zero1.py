@@ -7,25 +7,14 @@ Use it like ``torch.distributed.optim.ZeroRedundancyOptimizer``, beside DDP::
     loss_fn(model(x), y).backward()      # DDP: every rank gets the whole averaged gradient
     opt.step()                           # update my share, then broadcast it to the others
 
-Why: with Adam, the two moments are 8 of the 16 bytes per parameter. Every DDP rank
-computes the very same update, so each keeping all of that state is pure redundancy.
-Here rank ``r`` builds the real optimizer (``self.optim``) over only the parameters it
-owns (``partition.partition_parameters``, torch's rule), steps them, and then each owner
-broadcasts its updated parameters — a message per parameter, all in flight together
-(``comm.broadcast_many``) — so every replica is whole again before the next forward.
+Every DDP rank computes the same update, so all keeping Adam's state is redundant. Rank
+``r`` steps only the parameters it owns (``partition.partition_parameters``, torch's rule)
+with the real optimizer (``self.optim``), then every owner broadcasts its parameters, all
+in flight together (``comm.broadcast_many``). ``Joinable``, as torch's, for uneven inputs.
 
-The interface is torch's: ``(params, optimizer_class, process_group=None,
-parameters_as_bucket_view=False, overlap_with_ddp=False, **defaults)``; ``step(closure,
-**kwargs)`` hands the extra keyword arguments to the local optimizer; and the optimizer is a
-``torch.distributed.algorithms.Joinable``, so ``Join([ddp_model, opt])`` trains on uneven
-inputs. ``overlap_with_ddp=True`` (stepping inside DDP's communication hook) is refused.
-
-Against torch (``tests/test_zero.py``): after every step every parameter is ``torch.equal``
-to torch's ``ZeroRedundancyOptimizer`` + torch DDP, at 2, 3 and 4 ranks: the gradient is
-DDP's (bit-exact), the owner runs the same optimizer code on the same tensors, and a
-broadcast copies bits. Communication per step: DDP's all-reduce plus ``(W-1)/W`` of the
-parameters sent per rank on average — torch's layout, 1.5x DDP; ZeRO-2
-(``zero2.py``) needs only DDP's volume.
+Against torch (``tests/test_zero.py``): ``torch.equal`` to torch's optimizer + DDP after
+every step at 2, 3 and 4 ranks. Traffic: DDP's plus ``(W-1)/W`` of the parameters per rank.
+The book (``minidp/textbook/zero.py``) leaves out Join, checkpoints and bucket views.
 
 Run: ``python lessons/19_zero1.py``; test: ``pytest tests/test_zero.py
 tests/test_zero1_interface.py tests/test_zero1_join.py``
@@ -44,9 +33,14 @@ from minidp.comm import group as groups
 from minidp.comm.broadcasts import broadcast_many
 from minidp.zero import checks
 from minidp.zero.bucket_view import build_buckets, trainable_mask
-from minidp.zero.objects import broadcast_object
 from minidp.zero.partition import partition_parameters
-from minidp.zero.zero1_args import check_no_overlap, param_list
+from minidp.zero.state import (
+    check_consolidated,
+    check_groups,
+    consolidate,
+    copy_options,
+    indexed_groups,
+)
 
 WHO = "ZeroRedundancyOptimizer"
 
@@ -55,12 +49,11 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
     """Shard ``optimizer_class``'s state across the ranks of ``process_group`` (ZeRO-1).
 
     Args:
-        params: parameters or parameter groups (an iterable), the same on every rank.
+        params: parameters or parameter groups, the same on every rank.
         optimizer_class: e.g. ``torch.optim.AdamW``; built on this rank's share only.
         process_group: the data-parallel group; ``None``: the current/default group.
-        parameters_as_bucket_view: keep each owner's parameters as views of one flat
-            tensor, broadcast in place (``bucket_view.py``); ``p.data`` changes memory.
-        overlap_with_ddp: only ``False``; ``True`` raises (``zero1_args.check_no_overlap``).
+        parameters_as_bucket_view: owners' parameters as views of one tensor (``bucket_view.py``).
+        overlap_with_ddp: only ``False``; ``True`` raises (``checks.check_no_overlap``).
         **defaults: the optimizer's options (``lr=...``).
 
     Attributes:
@@ -77,21 +70,20 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
         **defaults: Any,
     ) -> None:
         checks.check_optimizer_class(WHO, optimizer_class)  # a refusal leaves params unread
-        params = param_list(WHO, params)
-        check_no_overlap(WHO, overlap_with_ddp)
+        params = checks.param_list(WHO, params)
+        checks.check_no_overlap(WHO, overlap_with_ddp)
         self._initialized = False
         super().__init__(params, defaults)
         Joinable.__init__(self)  # the join config: off until a Join context sets it
         checks.check_dense(WHO, self._all_params)
         self.process_group = groups.resolve(process_group)
         self.rank, self.world_size = self.process_group.rank(), self.process_group.size()
-        checks.verify_same_parameters(WHO, self.process_group, self._param_lists())
-        self._optimizer_class, self._defaults = optimizer_class, defaults
+        checks.verify_same_parameters(WHO, self.process_group, self.param_groups)
         self.parameters_as_bucket_view = bool(parameters_as_bucket_view)
         self._buckets: list[tuple[int, torch.Tensor]] = []  # (owner, flat bucket), if views
         self._partition()
         self.optim = optimizer_class(self._partitions[self.rank], **defaults)
-        _copy_options(self.optim.param_groups, self.param_groups)  # the class's own defaults
+        copy_options(self.optim.param_groups, self.param_groups)  # the class's own defaults
         self._build_buckets()
         self._all_state_dicts: list[dict] = []
         self._initialized = True
@@ -101,9 +93,6 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
     def _all_params(self) -> list[torch.Tensor]:
         """Every parameter, in group order: a list, as torch's attribute of this name is."""
         return [p for g in self.param_groups for p in g["params"]]
-
-    def _param_lists(self) -> list[list[torch.Tensor]]:
-        return [list(g["params"]) for g in self.param_groups]
 
     def _partition(self) -> None:
         self._partitions = partition_parameters(self.param_groups, self.world_size)
@@ -135,10 +124,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
     # -- the step ---------------------------------------------------------------------
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
-        """Step this rank's share with the local optimizer, then broadcast every share.
-
-        ``kwargs`` go to the local optimizer's ``step`` unchanged, as in torch.
-        """
+        """Step this rank's share with the local optimizer, then broadcast every share."""
         # Under Join: "I am still training" (a no-op unless this is the first joinable).
         Join.notify_join_context(self)
         if _fingerprint(self.param_groups) != self._layout:
@@ -151,23 +137,19 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
         checks.check_dense_grads(WHO, self._all_params)
         if trainable_mask(self._all_params) != self._trainable:
             self._build_buckets()  # a frozen parameter must leave its bucket (and vice versa)
-        _copy_options(self.param_groups, self.optim.param_groups)  # e.g. an LR scheduler's lr
+        copy_options(self.param_groups, self.optim.param_groups)  # e.g. an LR scheduler's lr
         if closure is None:
             loss = self.optim.step(**kwargs)
         else:
             with torch.enable_grad():
                 loss = self.optim.step(closure=closure, **kwargs)
-        _copy_options(self.optim.param_groups, self.param_groups)
+        copy_options(self.optim.param_groups, self.param_groups)
         self._broadcast_shards()
         return loss
 
     def _broadcast_shards(self) -> None:
-        """Each owner sends its updated parameters to all, in one ``broadcast_many``: one
-        header check, then every parameter straight from its owner's memory into everyone
-        else's (torch's layout with ``parameters_as_bucket_view=False``: a broadcast per
-        parameter), both directions at once. ``python -m minidp bench zero --breakdown``
-        times the step phase.
-        """
+        """Each owner sends its updated parameters to all, in one ``broadcast_many`` (torch's
+        layout: a broadcast per parameter, or per bucket with ``parameters_as_bucket_view``)."""
         if self.parameters_as_bucket_view:  # the parameters alias the buckets
             tensors, owners = [b for _, b in self._buckets], [o for o, _ in self._buckets]
         else:
@@ -196,44 +178,24 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
     # -- checkpoints --------------------------------------------------------------------
     def consolidate_state_dict(self, to: int = 0) -> None:
         """Collect every rank's optimizer state on rank ``to`` (call on every rank)."""
-        _copy_options(self.param_groups, self.optim.param_groups)
-        # A copy: the live state dict holds this rank's state tensors, which later steps update.
-        mine = copy.deepcopy(self.optim.state_dict())
-        states = [broadcast_object(mine, r, self.process_group) for r in range(self.world_size)]
-        self._all_state_dicts = states if self.rank == to else []
+        consolidate(self, to)
 
     def state_dict(self) -> dict:
         """The whole optimizer's state, in torch's format (after ``consolidate_state_dict``)."""
-        if not self._all_state_dicts:
-            raise RuntimeError(
-                f"{WHO}: expected consolidate_state_dict(to={self.rank}) on every rank before "
-                f"state_dict() on rank {self.rank}, got no consolidated state here. Hint: call "
-                "opt.consolidate_state_dict(to=0) on all ranks, then opt.state_dict() on rank 0"
-            )
+        check_consolidated(self, WHO)
         index = {p: i for i, p in enumerate(self._all_params)}
         state = {}
         for rank, local in enumerate(self._all_state_dicts):
             for local_i, p in enumerate(self.owned_parameters(rank)):
                 if local_i in local["state"]:
                     state[index[p]] = local["state"][local_i]
-        groups_out, start = [], 0
-        for g in self.param_groups:
-            entry = {k: v for k, v in g.items() if k != "params"}
-            entry["params"] = list(range(start, start + len(g["params"])))
-            start += len(g["params"])
-            groups_out.append(entry)
+        groups_out = indexed_groups(self.param_groups, lambda p: True)
         return {"state": dict(sorted(state.items())), "param_groups": groups_out}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a ``state_dict()``: each rank keeps only the state of parameters it owns."""
         saved = state_dict["param_groups"]
-        got = [len(g["params"]) for g in saved]
-        expected = [len(g["params"]) for g in self.param_groups]
-        if got != expected:
-            raise ValueError(
-                f"{WHO}: expected a state dict for groups of {expected} parameters, got {got}. "
-                "Hint: load a state dict saved from the same model and parameter groups"
-            )
+        check_groups(WHO, saved, [len(g["params"]) for g in self.param_groups])
         all_params = self._all_params
         local_index = {p: i for i, p in enumerate(self.owned_parameters())}
         state = {}
@@ -241,8 +203,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
             p = all_params[int(i)]
             if self._owner[p] == self.rank:  # a copy: the caller's dict may be live state
                 state[local_index[p]] = copy.deepcopy(value)
-        for mine, theirs in zip(self.param_groups, saved):
-            mine.update({k: v for k, v in theirs.items() if k != "params"})
+        copy_options(saved, self.param_groups)
         local_groups = []
         for g, local in zip(self.param_groups, self.optim.param_groups):
             entry = {k: v for k, v in g.items() if k != "params"}
@@ -252,13 +213,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
 
 
 class _ZeroJoinHook(JoinHook):
-    """A joined rank still takes part in every step of the ranks still training.
-
-    Their ``step`` broadcasts every owner's shard, the joined rank's included, so the
-    joined rank must step and broadcast too. Like torch's hook it runs a full ``step()``:
-    its shard is updated with the gradients it still holds (those of its last batch, or
-    none), not the others' — torch's behaviour, kept so the bits match.
-    """
+    """A joined rank still steps (on the gradients it holds, as torch's) and broadcasts."""
 
     def __init__(self, zero: ZeroRedundancyOptimizer) -> None:
         super().__init__()
@@ -266,12 +221,6 @@ class _ZeroJoinHook(JoinHook):
 
     def main_hook(self) -> None:
         self.zero.step()
-
-
-def _copy_options(src: list[dict], dst: list[dict]) -> None:
-    """Copy every option but ``params`` from ``src`` groups to ``dst`` groups (same count)."""
-    for s, d in zip(src, dst):
-        d.update({k: v for k, v in s.items() if k != "params"})
 
 
 def _fingerprint(param_groups: list[dict]) -> list[list[tuple]]:

@@ -6,55 +6,29 @@ Use it *instead of* DDP (it does the gradient reduction itself)::
     loss_fn(net(x), y).backward()   # buckets reduce-scattered as their gradients are ready
     opt.step()                      # step my rows of every parameter, then all-gather them
 
-What each rank holds (``W`` ranks, ``Ψ`` parameters): the whole parameters (as in
-DDP), but only ``Ψ/W`` of the gradients and ``1/W`` of the optimizer state.
+Each of ``W`` ranks holds the whole parameters but ``1/W`` of the gradients and of the
+optimizer state. Parameters are cut on dim 0 (``partition.row_range``: FSDP2's rule), so
+a bucket splits into the equal pieces a reduce-scatter needs. A post-accumulate-grad hook
+writes each gradient, divided by ``W`` as in DDP, into its bucket's send buffer (rank by
+rank, padded to ``ceil(rows/W)`` rows) and frees ``.grad``; a complete bucket is
+reduce-scattered on DDP's communication thread (``comm/launch_queue.py``) while autograd
+goes on. The local optimizer steps leaf *views* of this rank's rows (in place); one
+all-gather per bucket then fills in the others' rows. Volume: DDP's all-reduce.
 
-* Who owns what: every parameter is cut on dim 0 (``partition.row_range``, exactly
-  ``torch.chunk`` — FSDP2's rule), so every rank owns ``Ψ/W`` elements to within a row per
-  parameter. Cutting by whole parameters (ZeRO-1's rule) would leave a bucket's pieces of
-  unequal size, which a reduce-scatter cannot split evenly.
-* Backward: a post-accumulate-grad hook copies each gradient, divided by ``W`` (DDP's
-  pre-division), into its bucket's send buffer, laid out rank by rank, each rank's piece
-  padded to ``ceil(rows/W)`` rows; the full ``.grad`` is freed at once. When a bucket is
-  complete (and all earlier ones have gone), its ``reduce_scatter`` is launched on the
-  communication thread — DDP's engine, ``comm/launch_queue.py`` — so it travels while
-  autograd computes the earlier layers; when the last bucket has gone, backward waits for
-  them all, this rank's summed rows land in each bucket's shard buffer, and the send
-  buffers are freed. Buckets are DDP's (``compute_bucket_assignment_by_size`` over the
-  parameters in reverse).
-* Step: the local optimizer holds one leaf per parameter that is a *view* of this rank's
-  rows of the real parameter, with its ``.grad`` a view into the shard buffer — so the
-  update lands in place, with no master copy in fp32 training. Then one ``all_gather`` per
-  bucket fills in the other ranks' rows.
+As FSDP2: a second backward before ``zero_grad`` accumulates; ``no_sync()`` (FSDP2:
+``set_requires_gradient_sync(False)``) keeps full local gradients; a freed ``.grad`` is a
+``Shard(0)`` DTensor of this rank's reduced rows (``None`` in a thread world and for 0-d
+parameters), so ``clip_grad_norm_`` gets the global norm; a parameter frozen later is
+skipped. Checkpoints: ``state.py``; any parameter shape: ``zero2_layout.py``. Refused
+(``zero2_checks.py``, ``zero2_hooks.py``): a step that is not element-wise (Adafactor,
+LARS), a second optimizer on the same parameters, DDP around the model, a step after only
+``no_sync()`` backwards, a parameter unfrozen after construction.
 
-Communication per step: reduce-scatter + all-gather = DDP's all-reduce volume.
-
-A training loop's other needs: a second backward before ``zero_grad`` adds its
-reduce-scattered rows to the shard (gradient accumulation, FSDP2's way); backwards inside
-``no_sync()`` keep full local gradients until a synced one (FSDP2's
-``set_requires_gradient_sync``); each freed ``.grad`` becomes what FSDP2's is, a ``DTensor``
-(``Shard(0)``) over this rank's reduced rows (``minidp.fsdp.dtensor``; ``None`` in a thread
-world, which has no torch mesh, and for 0-d parameters), so ``p.grad.clone()``,
-``torch.save``, norms, ``clip_grad_norm_(model.parameters(), ...)`` (the global norm) and
-``GradScaler`` work on it as on FSDP2's; a parameter frozen after construction is
-skipped, like torch. It is a ``torch.optim.Optimizer``, so LR schedulers work, and
-``state_dict`` is torch's format, loadable at any world size (``zero2_state.py``). Any
-parameter works: zero-element, non-contiguous, 0-d (``zero2_layout.py``). Refused with a
-clear error (``zero2_checks.py``, ``zero2_hooks.py``): an optimizer that is not
-element-wise (its step would take a norm or a mean over a shard as if it were the whole
-tensor: Adafactor, LARS), a second optimizer on the same parameters, DDP around the
-model (minidp's: named at ``step()``; torch's: DTensor's refusal, as with FSDP2), a step
-after only ``no_sync()`` backwards, a parameter unfrozen that was frozen at construction.
-
-Against torch (``tests/test_zero2.py``): compared with torch's ``ZeroRedundancyOptimizer`` +
-torch DDP (available on every supported torch). Element-wise optimizers (SGD, Adam, AdamW)
-give the same bits whichever way a tensor is cut, so at 2 ranks, where ``a/2 + b/2`` has
-one rounding whatever the order, every parameter is ``torch.equal`` after every step; at 3
-and 4 ranks the reduce-scatter adds the ranks' gradients in another order than gloo's
-all-reduce, so values agree to a few ulps, amplified by Adam's normalisation. Where gloo
-has reduce-scatter (torch >= 2.8), also against FSDP2 ``fully_shard(reshard_after_forward=
-False)``, torch's ZeRO-2-like mode: at 2 ranks ``torch.equal`` full parameters after every
-step, and each rank's rows equal FSDP2's local shard.
+Against torch (``tests/test_zero2.py``): torch's ``ZeroRedundancyOptimizer`` + DDP, and
+FSDP2 ``fully_shard(reshard_after_forward=False)`` where gloo has reduce-scatter (torch >=
+2.8): ``torch.equal`` at 2 ranks (``a/2 + b/2`` rounds once in any order), a few ulps at 3
+and 4 (another summation order than gloo's all-reduce). The book's
+``minidp/textbook/zero.py`` leaves out buckets and the overlap with backward.
 
 Run: ``python lessons/20_zero2.py``; test: ``pytest tests/test_zero2.py
 tests/test_zero2_train.py tests/test_zero2_state.py tests/test_zero2_moves.py``
@@ -75,9 +49,9 @@ from minidp.comm.comm_thread import CommThread
 from minidp.comm.launch_queue import LaunchQueue
 from minidp.ddp.buckets import MB, compute_bucket_assignment_by_size
 from minidp.fsdp import dtensor
-from minidp.zero import checks, zero2_checks, zero2_hooks, zero2_state
+from minidp.zero import checks, state, zero2_checks, zero2_hooks
+from minidp.zero.state import consolidate, copy_options
 from minidp.zero.zero2_layout import Bucket
-from minidp.zero.zero2_state import copy_options
 
 WHO = "Zero2Optimizer"
 
@@ -85,13 +59,10 @@ WHO = "Zero2Optimizer"
 class Zero2Optimizer(torch.optim.Optimizer):
     """ZeRO-2: sharded gradients and optimizer state, bucketed reduce-scatter in backward.
 
-    A ``torch.optim.Optimizer``: its ``param_groups`` hold the whole parameters (an LR
-    scheduler edits them; each ``step`` copies the options to the local optimizer), and
-    ``state_dict`` (after ``consolidate_state_dict``) is torch's whole-tensor format.
+    A ``torch.optim.Optimizer``: an LR scheduler edits ``param_groups``; ``step`` passes it on.
 
     Args:
-        params: the model's parameters or parameter groups (the same on every rank);
-            frozen ones are skipped.
+        params: parameters or parameter groups, the same on every rank (frozen: skipped).
         optimizer_class: an element-wise optimizer class, e.g. ``torch.optim.AdamW``.
         process_group: the data-parallel group; ``None``: the current/default group.
         bucket_cap_mb: bucket size cap in MiB (default 25, like DDP).
@@ -123,7 +94,7 @@ class Zero2Optimizer(torch.optim.Optimizer):
         self.process_group = g = groups.resolve(process_group)
         self.rank, self.world_size = g.rank(), g.size()
         self.mesh = dtensor.torch_mesh(None, g, None, self.params)  # None: a thread world
-        checks.verify_same_parameters(WHO, g, [list(pg["params"]) for pg in self.param_groups])
+        checks.verify_same_parameters(WHO, g, self.param_groups)
         with torch.no_grad():
             for p in all_params:  # every replica starts from rank 0's weights, like DDP
                 if p.numel():
@@ -233,10 +204,8 @@ class Zero2Optimizer(torch.optim.Optimizer):
     # -- step -----------------------------------------------------------------------------
     @torch.no_grad()
     def step(self, closure: Callable | None = None) -> Any:
-        """Step this rank's rows of every parameter, then all-gather every bucket.
-
-        ``closure`` (re-evaluates the loss, calling backward) runs once, before the step.
-        """
+        """Step this rank's rows of every parameter, then all-gather every bucket
+        (``closure``, which re-evaluates the loss, runs once before)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -261,8 +230,7 @@ class Zero2Optimizer(torch.optim.Optimizer):
         s = bucket.segment
         if not s:
             return
-        # every rank's updated rows, segment by segment: (world * segment,), rank-local; this
-        # rank's own segment is filled in place (padding zeroed), then the ring fills the rest
+        # (world * segment,) rank-local: my segment filled here (padding zeroed), then gathered
         gathered = torch.empty(self.world_size * s, dtype=bucket.shard_grad.dtype)
         mine = gathered[self.rank * s : (self.rank + 1) * s]
         mine.zero_()
@@ -314,18 +282,15 @@ class Zero2Optimizer(torch.optim.Optimizer):
         zero2_hooks.detach(self, self.params, self._hooks)
         self._hooks = []
 
-    # -- checkpoints (zero2_state.py) ----------------------------------------------------
+    # -- checkpoints (state.py) ----------------------------------------------------
     def consolidate_state_dict(self, to: int = 0) -> None:
         """Collect every rank's rows of the optimizer state on rank ``to`` (call on every rank)."""
-        zero2_state.consolidate(self, to)
+        consolidate(self, to)
 
     def state_dict(self) -> dict:
-        """The whole optimizer state in torch's format (after ``consolidate_state_dict``).
-
-        Independent of the world size: ``load_state_dict`` takes it at any number of ranks.
-        """
-        return zero2_state.full_state(self, WHO)
+        """The whole state in torch's format (after ``consolidate_state_dict``), any world size."""
+        return state.full_state(self, WHO)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a ``state_dict()`` saved at any world size; each rank keeps its own rows."""
-        zero2_state.load(self, state_dict, WHO)
+        state.load(self, state_dict, WHO)

@@ -1,11 +1,9 @@
-"""What ``Zero2Optimizer.step()`` checks first, so a wrong loop fails clearly instead of silently.
+"""What ``Zero2Optimizer`` checks, so a wrong loop fails clearly instead of silently.
 
-* :func:`check_ready` — every bucket was reduce-scattered since the last step; the last
-  backward did not run inside ``no_sync()`` (its gradients were never reduced); nothing
-  else wrote a full ``.grad`` after this optimizer freed it (DDP around the model would
-  average every gradient a second time); no parameter was unfrozen that had no hooks.
-* :func:`check_storage` — each rank's shard is still a view of its parameter.
 * :func:`check_elementwise` — at construction: the optimizer steps each element on its own.
+* :func:`check_ready`, :func:`check_storage` — at ``step()``: every bucket reduced, the last
+  backward outside ``no_sync()``, no full ``.grad`` from others (DDP around the model would
+  average twice), no unfrozen parameter without hooks, each shard still a parameter's view.
 
 Test: ``pytest tests/test_zero2.py -k clear_error tests/test_zero2_train.py``
 """
@@ -16,24 +14,11 @@ import torch
 
 from minidp.fsdp.dtensor import DTensor
 
-# torch's optimizers whose step treats every element on its own (given its gradient and
-# state): stepping a shard of rows is stepping those rows of the whole. A subclass that
-# overrides step() (a LARS-style trust ratio, say) may take a norm over the tensor.
+# torch's optimizers that step each element on its own, so stepping a shard of rows is
+# stepping those rows of the whole; a subclass's own step() may take a norm (LARS).
 ELEMENTWISE = tuple(
     getattr(torch.optim, name)
-    for name in (
-        "SGD",
-        "Adam",
-        "AdamW",
-        "Adagrad",
-        "Adadelta",
-        "Adamax",
-        "ASGD",
-        "NAdam",
-        "RAdam",
-        "RMSprop",
-        "Rprop",
-    )  # fmt: skip
+    for name in "SGD Adam AdamW Adagrad Adadelta Adamax ASGD NAdam RAdam RMSprop Rprop".split()
 )
 
 

@@ -1,15 +1,11 @@
 """ZeRO-2's gradient hooks, and who owns them: one ``Zero2Optimizer`` per parameter.
 
-* :func:`attach` — one post-accumulate-grad hook per parameter, holding the optimizer
-  *weakly*: a strong hook (parameter -> hook -> optimizer -> parameter) would keep a
-  dropped optimizer, and its model, alive for good. When the optimizer is collected, its
-  hooks are removed and its claim on the parameters lapses; ``remove_hooks()`` does so at
-  once (until the collector runs, a dropped optimizer's hooks still take the gradients).
-  A pre-hook on each parameter clears the DTensor ``.grad`` a freed gradient left (this
-  rank's reduced rows) before autograd accumulates the next full one into it.
+* :func:`attach` — a post-accumulate-grad hook per parameter that holds the optimizer
+  *weakly* (else parameter -> hook -> optimizer -> parameter keeps a dropped optimizer
+  alive): collecting it, or ``remove_hooks()``, removes its hooks and its claim. A
+  pre-hook clears the DTensor ``.grad`` a freed gradient left before the next accumulates.
 * :func:`check_unclaimed` — a second optimizer on the same parameters is refused, naming
-  the first: both would reduce-scatter (and free) each gradient, and the second would
-  find ``.grad`` already gone.
+  the first (the second would find ``.grad`` already freed).
 
 Test: ``pytest tests/test_zero2_train.py -k second_optimizer``
 """
@@ -25,8 +21,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 
 from minidp.fsdp.dtensor import DTensor
 
-# parameter -> weakref to the optimizer whose hooks it carries. Weak both ways: a strong
-# value would hold its parameters (the keys) alive from this process-wide table.
+# parameter -> weakref(its optimizer): weak both ways, or this process-wide table keeps both
 _OWNERS = WeakTensorKeyDictionary()
 
 
@@ -40,7 +35,6 @@ def attach(owner: object, params: list[torch.Tensor], on_grad: Callable) -> list
             live(p)
 
     handles = [p.register_post_accumulate_grad_hook(hook) for p in params]
-    # before each new gradient is accumulated: drop the stand-in a freed .grad left behind
     handles += [p.register_hook(_clearing(weakref.ref(p))) for p in params]
     weakref.finalize(owner, _remove_all, list(handles))
     for p in params:
@@ -85,9 +79,8 @@ def _owner(p: torch.Tensor) -> object | None:
 def check_unclaimed(who: str, params: list[torch.Tensor]) -> None:
     """Refuse parameters that another live optimizer hooks."""
     if any(_owner(p) is not None for p in params):
-        # An optimizer the program dropped may still wait for the cycle collector (its
-        # state holds reference cycles): collect first, so `opt = Zero2Optimizer(...)`
-        # again is allowed however the collector was timed.
+        # a dropped optimizer may still wait for the cycle collector (its state holds
+        # cycles): collect first, so `opt = Zero2Optimizer(...)` again always works
         gc.collect()
     for i, p in enumerate(params):
         first = _owner(p)

@@ -1,15 +1,11 @@
 """ZeRO-2's layout: which rows of each parameter a rank owns, and where they sit in a bucket.
 
-* :class:`Piece` — one parameter inside a bucket. Its rows are cut on dim 0
-  (``partition.row_range``, exactly ``torch.chunk``); in the bucket's send buffer each
-  rank's rows of it start at ``offset`` inside that rank's segment, padded to
-  ``ceil(rows/W)`` rows so that every rank's segment has the same length.
+* :class:`Piece` — one parameter, cut on dim 0 (``partition.row_range``); each rank's rows
+  start at ``offset`` in that rank's segment, padded to ``ceil(rows/W)`` rows.
 * :class:`Bucket` — the parameters reduce-scattered together, and their buffers.
 
-Any parameter works: a 0-d one is one row, a zero-element one (``nn.Linear(4, 0)``) holds
-no rows anywhere, and a non-contiguous one (made from a transposed tensor) is cut by
-slicing dim 0, which is a view whatever the strides — so the optimizer's in-place update
-still lands in the real parameter.
+Any parameter works: 0-d (one row), zero-element (no rows), non-contiguous (slicing dim 0
+is a view whatever the strides, so the in-place update still lands in the parameter).
 
 Test: ``pytest tests/test_zero2_train.py -k parameters``
 """
@@ -38,8 +34,7 @@ class Piece:
         self.padded = rows_per_rank(rows, world) * self.row_numel  # elements per rank segment
         self.ranges = [row_range(rows, world, r) for r in range(world)]
         start, stop = self.ranges[rank]
-        # The rows this rank owns, as a leaf sharing the parameter's storage: slicing dim 0
-        # is a view even for a non-contiguous parameter, so updates land in place.
+        # this rank's rows: a leaf sharing the parameter's storage, so updates land in place
         self.shard = torch.nn.Parameter(as_rows(p.detach())[start:stop], requires_grad=True)
 
     def rank_rows(self, flat: torch.Tensor, r: int) -> torch.Tensor:
@@ -69,10 +64,6 @@ class Bucket:
         self.seen: set[int] = set()  # pieces whose gradient is in `send` (this backward)
         self.reduced = False  # reduce-scattered at least once since the last step
         self.accumulate = False  # add to shard_grad instead of overwriting (no zero_grad between)
-
-    def complete(self) -> bool:
-        """Every parameter that trains now has its gradient in (frozen ones never will)."""
-        return all(id(pc.param) in self.seen or not pc.param.requires_grad for pc in self.pieces)
 
     def grad_rows(self, piece: Piece) -> torch.Tensor:
         """This rank's rows of ``piece``'s reduced gradient: a view of the shard buffer."""
