@@ -1,27 +1,7 @@
-"""``FSDPModule``: FSDP2's methods on a wrapped module, when to communicate, decided by the loop.
+"""``FSDPModule``: FSDP2's methods on a wrapped module, so the loop decides when to communicate.
 
-``fully_shard`` swaps the wrapped module's class for ``FSDP<Class>``, a subclass of both
-:class:`FSDPModule` and the module's own class — FSDP2's way, so ``isinstance(m,
-FSDPModule)`` holds and the module keeps its own methods. FSDP2's names and meaning:
-
-* ``set_requires_gradient_sync(False)`` — backwards keep unsharded gradients and
-  reduce-scatter nothing (gradient accumulation's micro-batches; DDP's ``no_sync``).
-* ``set_reshard_after_backward(False)`` — after backward the units stay gathered, so the
-  next forward gathers nothing: with ``set_requires_gradient_sync(False)`` a micro-batch
-  then costs no communication at all, for the memory of the gathered model. Set it back
-  to ``True`` for the last micro-batch, before the optimizer changes the shards.
-* ``set_modules_to_forward_prefetch([...])`` / ``set_modules_to_backward_prefetch([...])``
-  — which units' all-gathers to start when this unit's forward (backward) starts, in place
-  of the root's implicit choice (the next unit of the last step; the unit before). Two
-  targets gather two units ahead: more overlap, more memory.
-* ``unshard(async_op=False)`` — gather this unit now, any unit, before the first forward
-  too (``async_op=True``: start it and return a handle whose ``wait()`` installs it);
-  ``reshard()`` — free it now (not recursive, like FSDP2's).
-* ``state_dict()`` / ``load_state_dict()`` reshard first (FSDP2's pre-hooks do the same),
-  so a checkpoint taken while units are gathered holds the sharded DTensor parameters;
-  ``to_empty()``/``to()`` reshard first and adopt the moved shards after (``_apply``).
-
-``recurse`` (where FSDP2 has it) applies the setting to every unit under the module.
+``fully_shard`` makes the module's class ``FSDP<Class>``, a subclass of :class:`FSDPModule`
+and of its own class, as FSDP2 does. ``recurse`` applies a setting to every unit below.
 
 Test: ``pytest tests/test_fsdp_controls.py tests/test_fsdp_dtensor.py``
 """
@@ -83,15 +63,14 @@ class FSDPModule:
         return self
 
     def set_requires_gradient_sync(self, requires_gradient_sync: bool, *, recurse=True) -> None:
-        """``False``: backwards accumulate unsharded gradients and reduce-scatter nothing (the
-        micro-batches of gradient accumulation, like DDP's ``no_sync``); ``True`` again before
-        the last micro-batch's backward, which reduce-scatters the sum."""
+        """``False``: backwards keep unsharded gradients, reduce nothing (DDP's ``no_sync``)."""
         _check_bool("set_requires_gradient_sync", requires_gradient_sync)
         for unit in _units(self, recurse):
             unit.reduce_grads = requires_gradient_sync
 
     def set_reshard_after_backward(self, reshard_after_backward: bool, *, recurse=True) -> None:
-        """``False``: the units stay gathered after backward; the next forward gathers nothing."""
+        """``False``: units stay gathered after backward, the next forward gathers nothing (with
+        no gradient sync: no communication at all); ``True`` before the optimizer step."""
         _check_bool("set_reshard_after_backward", reshard_after_backward)
         for unit in _units(self, recurse):
             unit.reshard_after_backward = reshard_after_backward
@@ -105,10 +84,7 @@ class FSDPModule:
         unit_of(self).backward_prefetch = _targets("set_modules_to_backward_prefetch", modules)
 
     def unshard(self, async_op: bool = False) -> UnshardHandle | None:
-        """Gather this unit's full parameters now (``async_op``: start it, return a handle).
-
-        Before the model's first forward there is no schedule yet (the root is made at the
-        outermost unit's first forward): the all-gather runs here, at once, on any unit."""
+        """Gather this unit now, before the first forward too (``async_op``: return a handle)."""
         unit = unit_of(self)
         if unit.root is None:
             if not unit.is_unsharded:
@@ -123,7 +99,7 @@ class FSDPModule:
         return UnshardHandle(unit) if async_op else None
 
     def reshard(self) -> None:
-        """Free this unit's full parameters now (they are gathered again when needed)."""
+        """Free this unit's full parameters now (not recursive, as FSDP2's)."""
         unit = unit_of(self)
         if unit.is_unsharded:
             unit.free()

@@ -1,30 +1,10 @@
 """How a shard is *described* to torch: a ``DTensor`` over a torch ``DeviceMesh``, as FSDP2 does.
 
-FSDP2 registers every sharded parameter as a ``DTensor``: this rank's dim-0 rows (the
-"local tensor") plus the mesh and the placement (``Shard(0)``; HSDP: ``(Replicate(),
-Shard(0))``), so torch knows the global shape and how the pieces fit. minidp does the same
-with ``DTensor.from_local`` — no copy, no communication: the DTensor wraps the shard's own
-storage. DTensor then gives torch's own answers on a minidp model: ``p.full_tensor()``,
-``p.placements``, the global norm in ``clip_grad_norm_``, ``get_model_state_dict(...,
-full_state_dict=True)``, ``dcp.save``/``dcp.load`` at any world size. The all-gathers and
-reduce-scatters that train the model stay minidp's own (``unit.py``), as FSDP2 runs its
-own collectives under its DTensors; DTensor communicates only when such a torch API asks.
-
-The mesh is a real torch ``DeviceMesh`` over the unit's process groups (``from_group``: no
-new group is made), so DTensor's collectives have groups to run on:
-
-* ``fully_shard(mesh=<torch DeviceMesh>)`` — that mesh;
-* ``fully_shard(mesh=minidp.init_device_mesh(...))`` — a torch mesh over its groups;
-* no mesh — a 1-D torch mesh over the process group.
-
-Where the groups are not ``torch.distributed`` process groups (a thread world from
-``minidp.launch.run_threads``: one gloo group per thread, which torch's registry of
-groups cannot hold), there is no mesh: the shards are plain tensors, and DTensor's APIs
-(``full_tensor``, a global ``clip_grad_norm_``, DCP) need the ranks run as processes.
-
-Device: the mesh's device type is the parameters' (``cpu``, ``cuda``); parameters on the
-meta device take the process group's backend's (gloo: ``cpu``, nccl: ``cuda``). Pass a
-torch mesh to choose another.
+Each sharded parameter is ``DTensor.from_local(rows, mesh, Shard(0))`` (HSDP:
+``(Replicate(), Shard(0))``) over the shard's own storage, so torch's APIs answer on a
+minidp model (``full_tensor()``, ``clip_grad_norm_``'s global norm, DCP) while training runs
+minidp's collectives, as FSDP2 runs its own. The mesh: the one passed, else one over the
+unit's groups (``from_group``); a thread world has none (``PLAIN_SHARDS``).
 
 Test: ``pytest tests/test_fsdp_dtensor.py``
 """
@@ -58,8 +38,7 @@ _BACKEND_DEVICE = {"gloo": "cpu", "nccl": "cuda"}
 
 
 class PlainShardsWarning(UserWarning):
-    """Shards made on a thread world's groups: plain tensors, no DTensor (see PLAIN_SHARDS).
-    Code that only measures bytes there (the planner's stages) may filter it by this class."""
+    """Shards on a thread world's groups are plain tensors (PLAIN_SHARDS); filter by class."""
 
 
 PLAIN_SHARDS = (
@@ -77,7 +56,7 @@ def local(t: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def device_type(params: list[torch.Tensor], group) -> str:
-    """The mesh's device type: the parameters' (not meta), else the backend's (see above)."""
+    """The mesh's device type: the parameters' (not meta), else the backend's."""
     for p in params:
         if p.device.type != "meta":
             return p.device.type
@@ -106,8 +85,7 @@ def torch_mesh(mesh, group, replicate, params: list[torch.Tensor]) -> DeviceMesh
 
 @functools.cache
 def _from_groups(groups: tuple, device: str, grid: tuple | None) -> DeviceMesh:
-    """One mesh per set of groups, so every unit on it shares one (DTensor compares meshes).
-    HSDP: ``grid`` is minidp's mesh of global ranks, (replicate, shard)."""
+    """One mesh per set of groups (DTensor compares meshes); ``grid``: HSDP's global ranks."""
     if grid is None:
         return DeviceMesh.from_group(groups[0], device)
     return DeviceMesh.from_group(
@@ -121,8 +99,7 @@ def placements(mesh: DeviceMesh) -> tuple:
 
 
 def as_sharded(rows: torch.Tensor, mesh: DeviceMesh | None, full_shape) -> torch.Tensor:
-    """``rows`` (this rank's dim-0 piece) as the DTensor of a ``full_shape`` tensor — the
-    same storage, no communication; ``rows`` itself where there is no mesh."""
+    """``rows`` (this rank's dim-0 piece) as a ``full_shape`` DTensor (same storage), or as is."""
     if mesh is None:
         return rows
     stride = torch.empty(full_shape, device="meta").stride()  # the full tensor, contiguous
@@ -132,12 +109,7 @@ def as_sharded(rows: torch.Tensor, mesh: DeviceMesh | None, full_shape) -> torch
 
 
 def repoint(param: torch.nn.Parameter, rows: torch.Tensor, mesh: DeviceMesh | None) -> None:
-    """Make ``param`` (the same object: optimizers keep it) hold ``rows`` from now on.
-
-    A plain shard takes them as ``.data``. A DTensor keeps its local tensor in a Python
-    attribute, so a new DTensor parameter over ``rows`` is swapped in whole
-    (``torch.utils.swap_tensors``, what ``nn.Module._apply`` does for tensor subclasses),
-    the gradient set aside meanwhile."""
+    """Make ``param`` (the same object) hold ``rows``: as ``.data``, or by ``swap_tensors``."""
     if not isinstance(param, DTensor):
         param.data = rows
         return

@@ -1,18 +1,9 @@
 """``reshard_after_forward=k`` (an int): after forward keep the unit sharded over k ranks only.
 
-Why it exists: between a unit's forward and its backward its parameters are either whole
-(``False``: no all-gather in backward, the memory of the full unit) or sharded over all W
-ranks (``True``: 1/W of the memory, and backward all-gathers across every rank again —
-across nodes, on a big job). FSDP2's middle way: reshard to a *smaller* group of k ranks
-(a node): each rank keeps 1/k of the unit, and backward's all-gather stays inside the
-k-group, over the fast links. The values are the same bits whichever way they travel.
-
-Which ranks form a k-group is FSDP2's rule: the mesh's ranks laid out as ``(-1, k)``, each
-row a group (consecutive ranks: a node, if ranks are numbered node by node). A rank keeps
-the chunk at its position in its row (``torch.chunk`` over k, padded like every shard).
-
-Also FSDP2's checks: k must divide the shard group's size; ``k == 1`` means ``False`` (with
-a warning) and ``k == size`` means ``True``.
+FSDP2's middle way between whole (``False``: memory) and sharded over all W ranks
+(``True``: backward gathers across every rank, across nodes): each rank keeps 1/k, and
+backward gathers within its k-group (a node): as FSDP2, a row of the mesh seen as ``(-1, k)``.
+FSDP2's checks: k divides the shard group; 1 means ``False`` (warned), the size ``True``.
 
 Test: ``pytest tests/test_fsdp_controls.py -k reshard_to``
 """
@@ -30,9 +21,7 @@ from minidp.fsdp import shard
 
 
 def check(reshard_after_forward, shard_size: int) -> bool | int:
-    """FSDP2's rules: a bool as is (``None``, FSDP2's default: ``True``, the root staying
-    gathered anyway); an int k must divide ``shard_size`` (1 and the size itself mean
-    False and True)."""
+    """FSDP2's rules: a bool as is (``None``: ``True``); an int k must divide ``shard_size``."""
     if reshard_after_forward is None:
         return True
     if not isinstance(reshard_after_forward, (bool, int)):
@@ -59,8 +48,7 @@ def check(reshard_after_forward, shard_size: int) -> bool | int:
 
 
 def make_group(mesh_ranks: torch.Tensor, k: int):
-    """The k-group holding this rank: ``mesh_ranks`` (global ranks, the mesh's layout) seen
-    as rows of k. Every rank creates every row's group, in order (torch's rule)."""
+    """This rank's k-group; every rank creates every row's group, in order (torch's rule)."""
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(
             f"fully_shard: expected torch.distributed to be initialized for "

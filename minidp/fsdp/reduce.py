@@ -1,22 +1,12 @@
 """The reduce-scatter FSDP2 runs on gloo, bit for bit, at reduce-scatter cost.
 
-gloo has no reduce-scatter algorithm of its own: ``reduce_scatter_tensor`` all-reduces the
-whole ``(world * T,)`` input with its segmented ring and keeps this rank's ``T`` elements.
-Its bits are therefore set by the all-reduce's summation order, which depends on gloo's
-chunk boundaries (``minidp.comm.ring.gloo_layout``) — not on the ``world`` pieces of ``T``.
-A plain ring reduce-scatter (``minidp.comm.reduce_scatter``) adds piece ``r`` in another
-order, and from 3 ranks on a few elements round differently.
+gloo's ``reduce_scatter_tensor`` all-reduces the whole ``(world * T,)`` input and keeps
+this rank's ``T``: its bits follow gloo's chunks (``comm.ring.gloo_layout``), not a ring
+reduce-scatter's order. Here: the reduce-scatter half of gloo's ring (rank ``c`` ends with
+chunk ``c``), then each rank sends the parts of its chunk in another rank's piece:
+``(world-1)/world`` of the input plus at most a chunk, not ``2(world-1)/world``.
 
-This version gets gloo's bits without the all-gather half of an all-reduce:
-
-1. the reduce-scatter half of gloo's ring on the whole input (``ring_pass`` with gloo's
-   layout): rank ``c`` ends with gloo's chunk ``c`` summed in gloo's order;
-2. gloo's chunks and the ``world`` pieces do not line up (chunks are whole segments), so
-   each rank sends the parts of its finished chunk that belong to another rank's piece
-   to that rank — a few boundary elements, at most a chunk.
-
-Bytes sent per rank: ``(world-1)/world`` of the input plus the boundary parts, against
-``2(world-1)/world`` for the all-reduce gloo does. Test: ``pytest tests/test_fsdp.py -k gloo``
+Test: ``pytest tests/test_fsdp.py -k gloo``
 """
 
 from __future__ import annotations
@@ -32,13 +22,10 @@ _FIXUP_TAG = 1 << 24  # above any tag the ring pass uses (segments x steps stay 
 @torch.no_grad()
 def gloo_reduce_scatter(flat: torch.Tensor, op: str, group) -> torch.Tensor:
     """This rank's ``(T,)`` piece of the reduction of ``flat`` ``(world * T,)`` — gloo's bits.
-
-    ``flat`` (contiguous, rank-local) is used as the work buffer; ``op``: "sum" or "avg".
-    """
+    ``flat`` (contiguous, rank-local) is the work buffer; ``op``: "sum" or "avg"."""
     rank, world = group.rank(), group.size()
     with p2p.operation("fsdp reduce_scatter"):
-        # the header of a reduce-scatter whose tensor is the whole input; extra = -1 marks
-        # this layout apart from minidp.comm.reduce_scatter (extra = len(input_list))
+        # extra = -1 tells this layout apart from minidp.comm.reduce_scatter's (len(inputs))
         agree.agree(group, "reduce_scatter", flat, op, extra=-1, extra_name="gloo layout")
         piece = flat.numel() // world
         if world == 1 or piece == 0:

@@ -1,20 +1,9 @@
-"""The root of an FSDP model: the forward/backward schedule of all its units.
+"""The root of an FSDP model (its outermost unit): the forward/backward schedule of all units.
 
-The outermost wrapped module becomes the root at its first forward. It owns the one
-communication thread every unit's all-gather and reduce-scatter run on (in submission
-order, the same on every rank), records the order in which units run their forward, and
-uses that order to prefetch:
-
-* forward: when unit i starts, the all-gather of the unit after it (last step's order) is
-  submitted, so it travels while unit i computes;
-* backward: when unit i's backward starts (a gradient reaches its output), the all-gather
-  of the unit before it is submitted — backward visits units in reverse.
-
-Backward bookkeeping is the engine DDP and ZeRO-2 use too (``comm/launch_queue.py``): each
-full parameter's post-accumulate-grad hook counts its unit down; a complete unit is freed
-and its reduce-scatter launched (gradients travel while autograd computes earlier layers),
-units in the order they complete. When the last unit has gone, the root waits for every
-reduce-scatter and adds the results into the shards' ``.grad`` — before
+It owns the one communication thread all units' collectives run on, in submission order,
+and prefetches by last step's order: at unit i's forward the next unit's all-gather, at its
+backward the previous one's. Backward runs on DDP's engine (``comm/launch_queue.py``): a
+unit whose gradients are in is freed and reduce-scattered; all are waited for before
 ``loss.backward()`` returns, as in FSDP2.
 
 Test: ``pytest tests/test_fsdp.py``
@@ -35,9 +24,7 @@ from minidp.fsdp.unit import unit_of
 
 
 def ensure_root(module) -> Root:
-    """The root of ``module``'s units: made now (``module`` becomes it) if there is none.
-
-    Called at the outermost unit's first forward, or by ``module.unshard()`` before it."""
+    """The root of ``module``'s units, made now (at its first forward) if there is none."""
     unit = unit_of(module)
     if unit.root is None:
         units = [u for m in module.modules() if (u := unit_of(m)) is not None]
@@ -66,21 +53,17 @@ class Root:
         self.last_order: list = []  # the previous step's order (for forward prefetch)
         self.post_order: list = []  # units in the order their forward ended (root last)
         self.gathers: dict[int, Future] = {}  # id(unit) -> all-gather in flight
-        # a unit's reduce-scatter goes as soon as its gradients are in (launch_queue.py)
-        self.queue = LaunchQueue(self.comm, self._launch, in_order=False)
+        self.queue = LaunchQueue(self.comm, self._launch, in_order=False)  # each unit when ready
         self.index = {id(u): i for i, u in enumerate(units)}  # unit -> its group in the queue
         self.backward_started = False
         self.in_backward: set[int] = set()  # id(unit) of units this backward has reached
         self.started: dict[tuple[str, int], float] = {}  # (phase, id(unit)) -> trace time
-        # bytes this rank moved, all steps (count_traffic counts per thread: the collectives
-        # run on the communication thread, so they are counted there, into this total)
-        self.traffic = Traffic()
+        self.traffic = Traffic()  # bytes this rank moved, all steps (counted on the comm thread)
         self.peak_gathered = 0  # most bytes of full parameters held at once, this step
         for u in units:
             u.root = self
 
     # ---- gathering ---------------------------------------------------------------------
-
     def _counted(self, fn, *args):
         with count_traffic() as t:
             result = fn(*args)
@@ -121,13 +104,8 @@ class Root:
         self._note_peak()
 
     def _count_grads(self, unit) -> None:
-        """Hook the full parameters that require grad (once they exist): each arrival counts.
-
-        The hooks hold the root and the unit *weakly*: a tensor keeps its hooks in C++, where
-        Python's garbage collector cannot see them, so a strong reference from a hook back
-        to the root would make the model -> unit -> parameter -> hook -> root cycle
-        uncollectable (and keep the root's communication thread alive) after ``del model``.
-        """
+        """Hook the trainable full parameters, weakly: hooks live in C++, unseen by the cycle
+        collector, so a strong one would keep the model and its thread alive for good."""
         if not unit.hooks and unit.full:
             root, owner = weakref.ref(self), weakref.ref(unit)
             unit.hooks = [
@@ -137,16 +115,9 @@ class Root:
             ]
 
     # ---- forward -----------------------------------------------------------------------
-
     def recomputing(self, unit) -> bool:
-        """A forward of ``unit`` once backward has begun: activation checkpointing recomputes
-        it. Reached by backward already, it is gathered and must stay so until its gradients
-        are in; not reached yet (a checkpointed region over several units recomputes them
-        all when backward enters the region), it is gathered now and stays gathered for its
-        backward, which comes next — freeing it after this forward would gather it twice.
-        FSDP2 skips its forward bookkeeping inside a backward too. The root's forward always
-        starts a new step (``_start_step`` forgets the last backward), so only inner units
-        recompute."""
+        """An inner unit's forward inside backward (activation checkpointing): it stays
+        gathered for its backward, next; FSDP2 skips its forward bookkeeping there too."""
         if unit is self.unit:
             return False
         return id(unit) in self.in_backward or self.backward_started
@@ -216,8 +187,7 @@ class Root:
             u.adopt()  # load_state_dict(assign=True), p.data = ...: the module may hold new ones
             if u.follow_requires_grad() and u.is_unsharded:
                 self._count_grads(u)  # a gathered unit (the root) is not unsharded again
-            # kept gathered by the last backward (whatever the flag says now): used as is
-            if u.is_unsharded and u is not self.unit and not u.kept_gathered:
+            if u.is_unsharded and u is not self.unit and not u.kept_gathered:  # (else: reused)
                 u.free()
             u.kept_gathered = False
         if self.order:
@@ -228,7 +198,6 @@ class Root:
         self.peak_gathered = 0
 
     # ---- backward ----------------------------------------------------------------------
-
     def pre_backward(self, unit) -> None:
         """A gradient reached ``unit``'s output (once per output tensor, so this repeats)."""
         if not self.backward_started and self.queue.all_launched:
@@ -244,8 +213,7 @@ class Root:
             for target in unit.backward_prefetch:
                 self.prefetch(target)
             return
-        # backward runs the units in reverse post-forward order: the one before is next
-        i = self.post_order.index(unit) if unit in self.post_order else 0
+        i = self.post_order.index(unit) if unit in self.post_order else 0  # backward: reversed
         if i > 0:
             self.prefetch(self.post_order[i - 1])
 
@@ -260,17 +228,13 @@ class Root:
             self._finish_backward()
 
     def _launch(self, i: int):
-        """Unit ``i``'s gradients are in: free what can go, and reduce-scatter (unless
-        ``set_requires_gradient_sync(False)`` keeps them); what the thread runs, or None."""
+        """Unit ``i``'s gradients are in: free it if it can go; the reduce-scatter, or None."""
         unit = self.units[i]
         if not any(unit.requires_grad):
             return None  # all frozen: nothing to reduce
         self._span("backward", unit)
         grads = unit.take_grads() if unit.reduce_grads else unit.keep_grads()
-        # A frozen parameter has no gradient to wait for, but autograd may still read it
-        # (a frozen LayerNorm's weight, for the input's gradient) after the last trainable
-        # one arrived: such a unit stays gathered until the whole backward is done.
-        # (FSDP2 knows exactly when a unit's backward ends, from a hook on its inputs.)
+        # autograd may still read a frozen parameter: such a unit stays gathered till the end
         if unit is not self.unit and all(unit.requires_grad) and unit.reshard_after_backward:
             unit.free()
         return (lambda: self._reduce(unit, grads)) if unit.reduce_grads else None

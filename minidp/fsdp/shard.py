@@ -1,16 +1,9 @@
 """How FSDP cuts a parameter: dim 0 in ``world`` chunks of ``ceil(dim0 / world)`` rows.
 
-The rule is ``torch.chunk``'s (what FSDP2 uses): every rank's shard is padded to the first
-chunk's row count, so that one all-gather of equal pieces rebuilds every parameter. With
-13 rows on 4 ranks the chunks have 4, 4, 4, 1 rows; rank 3 holds 1 row plus 3 rows of
-padding. With 5 rows on 4 ranks: 2, 2, 1, 0 — rank 3 holds nothing but padding.
-
-A unit (one ``fully_shard`` call) lays its padded shards end to end in one flat buffer per
-rank, ``(T,)``; the all-gather turns them into ``(world, T)``, row ``r`` being rank ``r``'s
-buffer. Gradients travel the same way in reverse: each full gradient is padded to
-``world * rows`` rows and cut into ``world`` pieces; piece ``r`` of every gradient goes into
-row ``r`` (FSDP2's ``chunk_cat``), and the reduce-scatter hands row ``r``, summed over ranks,
-to rank ``r``.
+``torch.chunk``'s rule (FSDP2's), each shard padded to the first chunk's rows so that one
+all-gather of equal pieces rebuilds every parameter (13 rows on 4 ranks: 4, 4, 4, and 1
++ 3 of padding): ``(T,)`` per rank, gathered into ``(world, T)``. Gradients go back by FSDP2's
+``chunk_cat``: row ``r`` = piece ``r`` of every gradient.
 
 Test: ``pytest tests/test_fsdp.py -k shard``
 """
@@ -66,12 +59,8 @@ def uncat(flat: torch.Tensor, shapes: list[torch.Size], world: int) -> list[torc
 
 
 def divide_factors(world: int, dtype: torch.dtype) -> tuple[float | None, float | None, str]:
-    """(pre-divide, post-divide, op) of FSDP2's gradient averaging for a reduction in dtype.
-
-    fp32 and bf16 cannot overflow a sum of a few ranks: one reduce-scatter with AVG (sum,
-    then divide by ``world``). fp16 can: divide by about sqrt(world) before the sum and by
-    the rest after it, with SUM — exactly FSDP2's ``_get_gradient_divide_factors``.
-    """
+    """(pre-divide, post-divide, op) of FSDP2's ``_get_gradient_divide_factors``: AVG for
+    fp32/bf16; fp16 could overflow, so about sqrt(world) before the SUM, the rest after."""
     if dtype in (torch.float32, torch.bfloat16):
         return None, None, "avg" if world > 1 else "sum"
     pre = 1

@@ -1,18 +1,8 @@
 """The whole model from its shards, and back: full state dicts and per-rank bytes.
 
-* ``full_state_dict(model)`` — a collective: every unit all-gathers its shards; every rank
-  gets ``{name: full tensor}`` for the parameters (tied ones under their first name, as
-  ``named_parameters`` lists them) plus the buffers. Call it on all ranks, between steps.
-* ``load_full_state_dict(model, sd)`` — no communication: each rank copies its own dim-0
-  chunk of each full tensor into its shard (any world size can load what another saved).
-* ``sharded_bytes(model)`` — bytes this rank holds in shards, their gradients, and full
-  parameters gathered right now and at the peak of the last step: FSDP's memory, read
-  from the tensors.
-* ``traffic(model)`` — bytes and messages this rank's all-gathers and reduce-scatters
-  moved so far (a running total; subtract two readings for one step).
-
-``model.state_dict()`` itself holds the sharded DTensor parameters, as FSDP2's does: torch's
-``get_model_state_dict`` and ``dcp.save``/``dcp.load`` take it from there (any world size).
+``full_state_dict`` is a collective (``{name: full tensor}`` on every rank, tied parameters
+under their first name); ``load_full_state_dict`` copies this rank's dim-0 chunks, from a
+save at any world size. ``model.state_dict()`` holds the DTensor shards, for DCP.
 
 Test: ``pytest tests/test_fsdp.py -k state``
 """
@@ -97,9 +87,7 @@ def traffic(model: nn.Module) -> Traffic:
 
 
 def sharded_bytes(model: nn.Module) -> dict[str, int]:
-    """Bytes on this rank: ``params`` (padded shards), ``grads`` (shards' .grad), ``gathered``
-    (full parameters held now) and ``peak_gathered`` (the most held at once in the last step).
-    """
+    """This rank's bytes: ``params``, ``grads``, ``gathered`` now, ``peak_gathered`` last step."""
     params = grads = gathered = 0
     units = _units(model)
     root = units[0][1].root

@@ -1,27 +1,11 @@
 """One FSDP unit: the parameters one ``fully_shard`` call owns, sharded, gathered, reduced.
 
-State of a unit's parameters, all rank-local:
-
-* ``padded[i]``  ``(rows, *rest)`` in the original dtype — this rank's piece of parameter
-  i, zero-padded (``shard.py``); what the all-gather sends.
-* ``sharded[i]``  the ``nn.Parameter`` ``fully_shard`` put on the module in place of
-  parameter i, once, at wrap time: a ``DTensor`` (``dtensor.py``) whose local tensor views
-  the real rows of ``padded[i]``. What the module holds between steps, what the optimizer
-  steps, where the reduced gradient lands (``.grad``, a DTensor of the same layout).
-  ``model.to_empty(...)``, ``.to(dtype)`` keep these objects (torch swaps a DTensor
-  parameter's contents; ``adopt`` re-pads them), so an optimizer built after wrapping holds
-  the live parameters.
-* ``full[i]``  the unsharded ``nn.Parameter`` (``param_dtype``) the forward and backward
-  use. Created once; "freeing" it resizes its storage to 0 bytes, "gathering" resizes it
-  back and copies the all-gathered data in. The autograd graph keeps pointing at the same
-  storage, so a unit freed after forward and gathered again before backward hands its
-  saved tensors the right data again — how FSDP2 frees memory, with public APIs.
-
-The two collectives run on the root's communication thread (``minidp.comm.comm_thread``),
-one after another in the order they were submitted, so every rank runs the same sequence:
-``gather`` (all-gather of the flat ``(T,)`` shards into ``(world, T)``) and ``reduce``
-(reduce-scatter of the ``(world, T)`` padded gradients into this rank's ``(T,)``, in the
-order gloo's reduce-scatter adds them: ``reduce.py``).
+Per parameter ``i``, rank-local: ``padded[i]`` ``(rows, *rest)``, this rank's zero-padded
+piece (``shard.py``) that the all-gather sends; ``sharded[i]``, the DTensor parameter on
+the module over the real rows of ``padded[i]``: what the optimizer steps; ``full[i]``, the
+unsharded parameter (``param_dtype``) forward and backward use, made once: "free" resizes
+its storage to 0 bytes and "gather" back, so autograd's saved tensors stay valid (FSDP2's
+way, with public APIs).
 
 Test: ``pytest tests/test_fsdp.py``
 """
@@ -72,8 +56,7 @@ class FSDPUnit:
         self.dtype = params[0].dtype if params else torch.float32
         self.device = params[0].device if params else torch.device("cpu")
         self.param_dtype = self.mp.param_dtype or self.dtype
-        # replaced ONCE, here: the DTensor parameters the module holds, each viewing the
-        # first rows of this rank's zero-padded piece (what the all-gather sends, as FSDP2's)
+        # replaced ONCE, here: DTensor parameters viewing the real rows of the padded pieces
         self.padded: list[torch.Tensor] = []
         self.sharded: list[nn.Parameter] = []
         for p in params:
@@ -87,12 +70,10 @@ class FSDPUnit:
         self.reduce_grads = True  # False: keep the gradients unsharded, no reduce-scatter
         self.reshard_after_backward = True  # False: stay gathered for the next forward
         self.kept_gathered = False  # gathered at the end of the last backward, on purpose
-        # explicit prefetch targets (set_modules_to_{forward,backward}_prefetch), else None:
-        # the root's implicit choice (the next unit in last step's order / the one before)
+        # set_modules_to_{forward,backward}_prefetch's targets; None: the root's choice
         self.forward_prefetch: list[FSDPUnit] | None = None
         self.backward_prefetch: list[FSDPUnit] | None = None
-        # per parameter: unreduced gradients of earlier backwards in a wider dtype than the
-        # parameter's (FSDP2 <= 2.14's "accumulated grad"), else None
+        # per parameter: unreduced earlier gradients, wider than p (FSDP2 <= 2.14's), or None
         self.kept: list[torch.Tensor | None] = [None] * len(params)
         self.root = None  # the Root coordinating this unit's model, set at the first forward
         self.hooks: list = []  # post-accumulate-grad hooks on the full parameters
@@ -100,7 +81,6 @@ class FSDPUnit:
         self.install(self.sharded)
 
     # ---- which tensors the module holds ------------------------------------------------
-
     def install(self, params: list[nn.Parameter]) -> None:
         """Register ``params`` on the module at every place the originals were (tied: all)."""
         for param, places in zip(params, self.locations):
@@ -127,16 +107,8 @@ class FSDPUnit:
 
     @torch.no_grad()
     def adopt(self) -> None:
-        """Adopt what ``nn.Module``'s own moves did to the shards since the last step.
-
-        ``model.to_empty(device=...)`` and ``model.to(dtype)`` swap a DTensor parameter's
-        contents (torch's rule for tensor subclasses: the object stays, so an optimizer
-        built before still holds it) — its rows are then no longer a view of ``padded``. A
-        plain shard (a thread world) may come back as a *new* Parameter, as may
-        ``load_state_dict(..., assign=True)``. The module holds the truth: copy it into a
-        fresh padded buffer and point the parameter at it again, at every tied place. A
-        new dtype or device: the gathered parameters are made anew at the next gather.
-        """
+        """Adopt what ``to_empty``/``to(dtype)`` (new contents) or ``load_state_dict(assign=True)``
+        (a new Parameter) did to the shards: re-pad what the module holds, re-point it."""
         if self.is_unsharded:
             return
         changed = False
@@ -163,12 +135,7 @@ class FSDPUnit:
             self.full, self.hooks = [], []
 
     def follow_requires_grad(self) -> bool:
-        """Adopt ``requires_grad_()`` calls made since the last step (True if any changed).
-
-        Between steps the module holds the shards, so that is where a user freezes or
-        unfreezes; FSDP2 follows such calls too. The full parameters take the new flags, and
-        the gradient hooks are dropped: the root counts the new set again (``Root.unshard``).
-        """
+        """Adopt ``requires_grad_()`` calls on the shards, as FSDP2 does (True if any changed)."""
         now = [p.requires_grad for p in self.sharded]
         if now == self.requires_grad:
             return False
@@ -183,7 +150,6 @@ class FSDPUnit:
         return True
 
     # ---- collectives (run on the communication thread) ---------------------------------
-
     def flat_shards(self, dtype: torch.dtype) -> torch.Tensor:
         """``(T,)`` this rank's padded shards end to end, in ``dtype``."""
         self._check_not_meta()
@@ -201,11 +167,9 @@ class FSDPUnit:
             )
 
     def gather_full(self, dtype: torch.dtype) -> list[torch.Tensor]:
-        """All-gather: every full parameter as a view of one new ``(world, T)`` buffer in
-        ``dtype`` (a collective). This rank's shards are written (cast) straight into its
-        own row, and the others arrive in theirs: no list of outputs, no stacking copy."""
-        if not self.shapes:  # a root whose layers are all units of their own: like FSDP2,
-            return []  # no parameters, no collective (an empty one still costs a check)
+        """All-gather: the full parameters, views of one ``(world, T)`` buffer in ``dtype``."""
+        if not self.shapes:  # no parameters (all in inner units): no collective, as FSDP2
+            return []
         self._check_not_meta()
         total = sum(p.numel() for p in self.padded)  # T
         rows = torch.empty(self.world, total, dtype=dtype, device=self.device)  # (world, T)
@@ -252,8 +216,7 @@ class FSDPUnit:
         return grads
 
     def prepare_grads(self) -> None:
-        """This unit's backward starts: the dtype autograd sums its gradients in (FSDP2's
-        ``grad_dtype`` rule of the installed torch, ``policy.py``)."""
+        """This unit's backward starts: set the dtype autograd sums in (``policy.py``)."""
         if not NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE:
             return  # up to 2.14 autograd sums in the parameters' dtype
         for p, rg in zip(self.full, self.requires_grad):
@@ -263,9 +226,7 @@ class FSDPUnit:
                 p.grad_dtype = wide if starts and wide != self.param_dtype else None
 
     def keep_grads(self) -> None:
-        """A backward without gradient sync ended for this unit: its full gradients stay on
-        the full parameters (freeing the unit frees the parameters' storage, not the
-        gradients), in FSDP2's accumulation dtype, and the next backward adds to them."""
+        """No gradient sync: the full gradients stay, in FSDP2's accumulation dtype."""
         trainable = [p for p, rg in zip(self.full, self.requires_grad) if rg]
         for i, p in enumerate(trainable):
             if p.grad is None:
@@ -284,14 +245,12 @@ class FSDPUnit:
     def reduce(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """Reduce-scatter the gradients: this rank's ``(T_grad,)`` average, original dtype."""
         reduce_dtype = reduce_dtype_for(self.mp, grads[0].dtype, self.dtype)  # torch's rule
-        replicas = self.replicate_group.size() if self.replicate_group is not None else 1
-        # the average runs over every data-parallel rank: shard group x replicas
+        replicas = self.replicate_group.size() if self.replicate_group is not None else 1  # HSDP
         pre, post, op = shard.divide_factors(self.world * replicas, reduce_dtype)
         rows = shard.chunk_cat(grads, self.world, reduce_dtype)  # (world, T_grad)
         if pre is not None and pre != 1:
             rows.div_(pre)
-        # gloo's bits (minidp.comm.reduce_scatter would round a few elements differently
-        # from 3 ranks on: it adds in another order — see reduce.py)
+        # gloo's bits (minidp.comm.reduce_scatter adds in another order: reduce.py)
         mine = gloo_reduce_scatter(rows.view(-1), op, self.group)  # (T_grad,) rank-local
         if self.replicate_group is not None:  # HSDP: then across the shard's replicas
             all_reduce(mine, op, self.replicate_group)  # avg: each step divides by its size

@@ -7,20 +7,9 @@ Call it on the submodules first (transformer blocks), then on the whole model::
     minidp.fully_shard(model)          # the root: everything the blocks do not own
     opt = torch.optim.AdamW(model.parameters())   # AFTER wrapping: it steps the shards
 
-Each call takes the parameters under ``module`` that no earlier call took, keeps this
-rank's dim-0 chunk of each (``shard.py``) and puts the shard — a DTensor (``dtensor.py``) —
-on the module in place of the parameter, once: the meta-device recipe (``fully_shard`` on
-a meta model, ``to_empty``, ``reset_parameters``, then the optimizer) works as FSDP2's.
-The module's class becomes ``FSDP<Class>`` (``controls.FSDPModule``: FSDP2's methods).
-Forward hooks do the rest (``root.py``): all-gather before the unit's forward, free after
-it (``reshard_after_forward``, not for the root), all-gather again when backward reaches
-the unit's output, reduce-scatter its gradients when they are complete.
-
-Like FSDP2, nothing is broadcast: every rank must build the model with the same initial
-weights (seed it). Checks, run on every rank, before anything is sharded: the module is
-not wrapped already, no sparse embeddings, and every rank wraps the same structure (an
-all-gather of a fingerprint of names, shapes and dtypes: a mismatch raises on every rank
-instead of pairing unrelated collectives later).
+The DTensor shards go on the module at once (the meta-device recipe works as FSDP2's);
+forward hooks do the rest (``root.py``). Nothing is broadcast: seed every rank alike. A
+structure that differs across ranks raises instead of pairing unrelated collectives.
 
 Test: ``pytest tests/test_fsdp.py``
 """
@@ -56,17 +45,9 @@ def fully_shard(
 ) -> nn.Module:
     """Shard ``module``'s parameters (those no inner ``fully_shard`` took) across the group.
 
-    ``reshard_after_forward``: free the unit after its forward (``True``, and ``None``, the
-    default: the root stays gathered either way, as in FSDP2), keep it whole until backward
-    (``False``), or an int k: keep it sharded over k ranks only, so backward gathers within
-    them (``post_forward.py``).
-    ``mesh`` (FSDP2's argument; torch's ``init_device_mesh`` or ``minidp.init_device_mesh``):
-    1-D — shard across it; 2-D
-    ``("replicate", "shard")`` — HSDP: shard within each row, replicate across the rows
-    (the gradients reduce-scatter in the row, then all-reduce down the column). Without
-    it: ``process_group`` (``None``: the current group).
-    ``ignored_params`` (FSDP2's argument): parameters this unit leaves alone — whole on every
-    rank, never gathered nor reduced (their gradients stay this rank's own)."""
+    ``reshard_after_forward``: free after forward (``True``/``None``), keep whole (``False``)
+    or sharded over k ranks (an int, ``post_forward.py``). ``mesh``: 1-D, or 2-D
+    ``("replicate", "shard")`` for HSDP. ``ignored_params``: whole, never gathered nor reduced."""
     if not isinstance(module, nn.Module):
         raise TypeError(f"fully_shard: expected an nn.Module, got {type(module).__name__}")
     if unit_of(module) is not None:
@@ -138,8 +119,7 @@ def _ids(ignored_params) -> set[int]:
 
 
 def _owned_parameters(module: nn.Module, ignored: set[int] = frozenset()):
-    """Parameters under ``module`` outside wrapped submodules and ``ignored``: names, params,
-    locations."""
+    """Names, params, locations under ``module``, outside wrapped submodules and ``ignored``."""
     names, params, locations, index = [], [], [], {}
     stack = [("", module)]
     while stack:
@@ -174,9 +154,7 @@ def _owned_parameters(module: nn.Module, ignored: set[int] = frozenset()):
 
 
 def _check_not_taken(module: nn.Module, names, params) -> None:
-    """A parameter tied across two units (say an embedding and a head wrapped separately)
-    would be sharded twice and silently untied. FSDP2 refuses it with this ValueError (at
-    its first forward); minidp refuses at the second ``fully_shard`` call."""
+    """A parameter tied across two units would be silently untied: FSDP2's ValueError, here."""
     for name, p in zip(names, params):
         parent = getattr(p, _SHARDED_BY, None)
         if parent is not None:  # torch refuses this call too (a TypeError from inside)
@@ -225,9 +203,7 @@ def _check_same_structure(module, names, params, group) -> None:
 
 def _pre_forward(module, args, kwargs):
     unit = unit_of(module)
-    if unit.root is None:  # the first forward of the outermost unit: it becomes the root
-        ensure_root(module)
-    unit.root.pre_forward(unit)
+    ensure_root(module).pre_forward(unit)  # the outermost unit's first forward: the root
     if unit.mp.param_dtype is not None and unit.mp.cast_forward_inputs:
         dtype = unit.mp.param_dtype
         args, kwargs = cast_floating(args, dtype), cast_floating(kwargs, dtype)
