@@ -56,16 +56,16 @@ SCRIPTS_UNDER_TEST = {
         ],
         "DistributedDataParallel as DDP, DistributedSampler, ZeroRedundancyOptimizer",
         (
-            ["--epochs", "2", "--snapshot", "{out}/snap.pt", "--losses", "{out}/first"],
-            ["--epochs", "4", "--snapshot", "{out}/snap.pt", "--losses", "{out}/resumed"],
+            ["--epochs", "1", "--snapshot", "{out}/snap.pt", "--losses", "{out}/first"],
+            ["--epochs", "2", "--snapshot", "{out}/snap.pt", "--losses", "{out}/resumed"],
         ),
     ),
     "nanogpt_style_ddp.py": (
         ["from torch.nn.parallel import DistributedDataParallel as DDP  # the line a user swaps"],
         "DistributedDataParallel as DDP",
         (
-            ["--out_dir={out}", "--max_iters=4", "--init_from=scratch"],
-            ["--out_dir={out}", "--max_iters=7", "--init_from=resume"],
+            ["--out_dir={out}", "--max_iters=3", "--eval_interval=2", "--init_from=scratch"],
+            ["--out_dir={out}", "--max_iters=5", "--eval_interval=2", "--init_from=resume"],
         ),
     ),
 }

@@ -32,7 +32,7 @@ from minidp.comm.errors import PeerError
 from minidp.comm.group import use_group
 from minidp.launch.threads import thread_group
 
-GRACE_S = 1.0  # after a rank raised, how long the others get to finish or fail too
+GRACE_S = 0.4  # after a rank raised, how long the others get to finish or fail too
 
 
 @dataclass
