@@ -45,6 +45,9 @@ def test_example_script_runs_with_python():
     _check_example_output(proc.stdout)
 
 
+# slow: minidp's DDP under a real torchrun runs in the default suite anyway, in the two
+# real-style scripts of tests/test_real_scripts.py (and lesson 17's two torchrun nodes)
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
 def test_example_script_runs_unchanged_under_torchrun():
     with socket.socket() as s:
