@@ -15,6 +15,7 @@ Test: ``pytest tests/test_exercises.py``
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import struct
@@ -42,23 +43,36 @@ def _expect_job(expect, case, rank, world, group) -> Expected:
     return expect(case, rank, world, group)
 
 
+# The judge's own thread worlds, by size, kept for every round and check of this process:
+# making and tearing down a gloo world costs tens of milliseconds, and a check makes rounds
+# of cases over several sizes. No learner's code ever runs on them (the sandbox has its
+# own); a world broken by a failing reference is replaced.
+_WORLDS: dict[int, ThreadWorld] = {}
+
+
+def _world(size: int) -> ThreadWorld:
+    world = _WORLDS.get(size)
+    if world is None or world.broken:
+        world = _WORLDS[size] = ThreadWorld(size, REFERENCE_S)
+    return world
+
+
+@atexit.register
+def _close_worlds() -> None:
+    for world in _WORLDS.values():
+        if not world.broken:
+            world.close()
+    _WORLDS.clear()
+
+
 def _on_threads(exercise: Exercise, cases: list[dict]) -> list[list[Expected]]:
-    worlds: dict[int, ThreadWorld] = {}
     out = []
-    try:
-        for case in cases:
-            world = worlds.get(case["world"])
-            if world is None:
-                world = worlds[case["world"]] = ThreadWorld(case["world"], REFERENCE_S)
-            run = world.run(partial(_expect_job, exercise.expect, case), REFERENCE_S)
-            if not run.ok:
-                rank, exc = run.root_error() or (0, "stuck")
-                raise ReferenceFailed(f"case {describe(case)}: rank {rank}: {exc}")
-            out.append(run.values)
-    finally:
-        for world in worlds.values():
-            if not world.broken:
-                world.close()
+    for case in cases:
+        run = _world(case["world"]).run(partial(_expect_job, exercise.expect, case), REFERENCE_S)
+        if not run.ok:
+            rank, exc = run.root_error() or (0, "stuck")
+            raise ReferenceFailed(f"case {describe(case)}: rank {rank}: {exc}")
+        out.append(run.values)
     return out
 
 

@@ -37,7 +37,7 @@ from minidp.tools.exercise.spec import Case, Exercise, Mistake, Result, compare
 
 DEADLINE_S = 6.0  # per case: a deadlock is reported after this, naming ranks and lines
 GENERATED = 12  # generated cases after the fixed ones
-SHRINK_ROUNDS = 5  # sandbox rounds spent shrinking, at most
+SHRINK_ROUNDS = 3  # sandbox rounds spent shrinking, at most
 SHRINK_BUDGET_S = 20.0
 SHRINK_CANDIDATES = 40  # per round
 
