@@ -32,6 +32,7 @@
 # %%
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -145,6 +146,7 @@ if __name__ == "__main__":
         f"torchrun exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-8000:]}"
     )
     runs = [json.loads((Path(reports_dir) / f"rank{r}.json").read_text()) for r in range(2)]
+    shutil.rmtree(reports_dir)  # read: the reports live on in `runs`
     for rep in runs:
         e = rep["env"]
         kit.say(

@@ -23,6 +23,7 @@
 # %%
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -149,6 +150,7 @@ if __name__ == "__main__":
     ).read_text()[-3000:]
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(4)]
     models = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(4)]
+    shutil.rmtree(out)  # read: kept only when a node failed (its log is in the error)
 
 # %% [markdown]
 # ## Who is who

@@ -33,8 +33,6 @@
 # %%
 import contextlib
 import inspect
-import tempfile
-from pathlib import Path
 
 import kit
 import torch
@@ -252,7 +250,8 @@ if __name__ == "__main__":
             when += f" .. {(e['ts'] + e['dur'] - t0) / 1e3:7.2f}"
         print(f"  {e['tid']:<8} {when:<20} {e['name']}")
     path = trace.save(
-        Path(tempfile.mkdtemp(prefix="lesson21-")) / "fsdp_step.trace.json",
+        # the repository's out/ (git ignores it): one file, overwritten by each run
+        kit.HERE.parent / "out" / "lesson21_fsdp_step.trace.json",
         *(r["events"] for r in res),
     )
     print(f"\nChrome trace of both ranks: {path} (open it in https://ui.perfetto.dev)")

@@ -28,6 +28,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,6 +110,7 @@ if __name__ == "__main__":
         seen[name] = [
             json.loads((Path(dirs[name]) / f"rank{r}.json").read_text()) for r in range(2)
         ]
+        shutil.rmtree(dirs[name])  # read
     print(f"\n{'launcher':>9} {'rank':>4}  {'argv after the script':<22} {'LOCAL_RANK env':>14}")
     for name, reports in seen.items():
         for rep in reports:

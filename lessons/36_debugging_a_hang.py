@@ -375,6 +375,7 @@ if __name__ == "__main__":
             fr_trace.main([folder])
         finally:
             log.handlers = handlers
+            shutil.rmtree(folder)  # the dumps were only for fr_trace
         said = "\n".join(r.getMessage() for r in records).splitlines()
         found = [ln.strip() for ln in said if "has errors" in ln or "error msg" in ln]
         print("  fr_trace: " + "\n  fr_trace: ".join(found))
