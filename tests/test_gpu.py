@@ -86,6 +86,14 @@ def collectives_on_cuda(rank: int, world: int) -> list:
             minidp.comm.reduce_scatter(out, inputs)
             dist.reduce_scatter(ref, inputs)
             bad += [] if torch.equal(out, ref) else [("reduce_scatter", numel)]
+            flat = torch.cat(inputs)  # (world * numel,) on the GPU; ZeRO-2's scratch form
+            minidp.comm.reduce_scatter_tensor(out, flat.clone(), input_is_scratch=True)
+            dist.reduce_scatter_tensor(ref, flat)
+            bad += [] if torch.equal(out, ref) and out.is_cuda else [("rs_tensor", numel)]
+        out, ref = torch.empty(world * numel, device=GPU), torch.empty(world * numel, device=GPU)
+        minidp.comm.all_gather_into_tensor(out, x)
+        dist.all_gather_into_tensor(ref, x)
+        bad += [] if torch.equal(out, ref) else [("all_gather_into_tensor", numel)]
     return bad
 
 

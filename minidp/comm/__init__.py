@@ -2,14 +2,22 @@
 
 :func:`ring_all_reduce` (bit-exact with gloo), :func:`naive_all_reduce` (the parameter
 server), :func:`all_reduce` (one exchange when small, else the ring), :func:`broadcast`,
-:func:`all_gather`, :func:`reduce_scatter`, :func:`barrier`; :func:`count_traffic`.
+:func:`all_gather`, :func:`reduce_scatter` (and torch's ``*_tensor`` forms of both),
+:func:`barrier`; :func:`count_traffic`.
 
 Test: ``pytest tests/test_collectives.py``; benchmark: ``python -m minidp bench allreduce``.
 """
 
 from minidp.comm.agree import checked
 from minidp.comm.broadcasts import broadcast, broadcast_many
-from minidp.comm.collectives import all_gather, all_reduce, barrier, reduce_scatter
+from minidp.comm.collectives import (
+    all_gather,
+    all_gather_into_tensor,
+    all_reduce,
+    barrier,
+    reduce_scatter,
+    reduce_scatter_tensor,
+)
 from minidp.comm.errors import CollectiveError, CollectiveTimeout, MismatchError, PeerError
 from minidp.comm.group import get_rank, get_world_size, use_group
 from minidp.comm.naive import naive_all_reduce
@@ -24,6 +32,7 @@ __all__ = [
     "PeerError",
     "Traffic",
     "all_gather",
+    "all_gather_into_tensor",
     "all_reduce",
     "barrier",
     "broadcast",
@@ -35,6 +44,7 @@ __all__ = [
     "get_world_size",
     "naive_all_reduce",
     "reduce_scatter",
+    "reduce_scatter_tensor",
     "ring_all_reduce",
     "use_group",
 ]

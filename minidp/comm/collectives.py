@@ -3,8 +3,9 @@
 Test: ``pytest tests/test_collectives.py``
 
 ``torch.distributed``'s signatures, built from ``p2p`` and checked first (``agree.py``).
-``all_gather`` and ``reduce_scatter`` are one trip round the ring (``ring.ring_pass``);
-``barrier`` is the all-to-all header exchange alone; ``broadcast`` is in ``broadcasts.py``.
+``all_gather`` and ``reduce_scatter`` (and their ``*_tensor`` forms) are one trip round
+the ring (``ring.ring_pass``); ``barrier`` is the all-to-all header exchange alone;
+``broadcast`` is in ``broadcasts.py``.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op="sum
     g = groups.resolve(group)
     if groups.skip_if_not_member(g, "reduce_scatter"):
         return output
-    rank, world = g.rank(), g.size()
+    world = g.size()
     with p2p.operation("reduce_scatter"):
         name = agree.agree_reduce(
             g, "reduce_scatter", output, op, "reduce_scatter", len(input_list), "len(input_list)"
@@ -132,13 +133,55 @@ def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op="sum
                     f"{tuple(output.shape)} {output.dtype} — every input must match the output"
                 )
         flat = torch.cat([t.reshape(-1) for t in input_list])  # (world * numel,) rank-local copy
-        if n and world > 1:
-            chunks, seg = _even_chunks(n, world, output.element_size())
-            ring_pass(flat, chunks, seg, g, name, world - 1, 0)
-        mine = flat[rank * n : (rank + 1) * n]
-        ops.finish(name, mine, world)
-        output.copy_(mine.view(output.shape))
+        return _scatter_pass(output, flat, name, g)
+
+
+@torch.no_grad()
+def reduce_scatter_tensor(
+    output: torch.Tensor,
+    input: torch.Tensor,
+    op="sum",
+    group=None,
+    *,
+    input_is_scratch: bool = False,
+) -> torch.Tensor:
+    """``output`` on rank r = reduction over ranks of ``input[r*n:(r+1)*n]`` (contiguous,
+    ``world * n``); returns ``output``. ``input_is_scratch=True`` (minidp's own keyword)
+    lends ``input`` to the ring as its working buffer, leaving it undefined: one copy of
+    the whole input less, for a caller that refills it anyway (ZeRO-2's send buffers)."""
+    g = groups.resolve(group)
+    if groups.skip_if_not_member(g, "reduce_scatter"):
         return output
+    world = g.size()
+    with p2p.operation("reduce_scatter_tensor"):
+        name = agree.agree_reduce(
+            g, "reduce_scatter", output, op, "reduce_scatter", world, "len(input_list)"
+        )
+        if (
+            input.numel() != world * output.numel()
+            or input.dtype != output.dtype
+            or not input.is_contiguous()
+        ):
+            raise ValueError(
+                f"reduce_scatter_tensor: expected a contiguous {output.dtype} input of "
+                f"{world} x {output.numel()} elements, got {tuple(input.shape)} {input.dtype}"
+                f"{'' if input.is_contiguous() else ' (not contiguous)'} — one output's worth "
+                "per rank"
+            )
+        flat = input.view(-1) if input_is_scratch else input.reshape(-1).clone()
+        return _scatter_pass(output, flat, name, g)
+
+
+def _scatter_pass(output: torch.Tensor, flat: torch.Tensor, name: str, g) -> torch.Tensor:
+    """The ring over ``flat`` (``(world * n,)``, worked in place), then this rank's sum."""
+    rank, world, n = g.rank(), g.size(), output.numel()
+    if n and world > 1:
+        chunks, seg = _even_chunks(n, world, output.element_size())
+        ring_pass(flat, chunks, seg, g, name, world - 1, 0)
+    mine = flat[rank * n : (rank + 1) * n]
+    ops.finish(name, mine, world)
+    output.copy_(mine.view(output.shape))
+    return output
 
 
 def barrier(group=None) -> None:

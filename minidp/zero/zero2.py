@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from minidp.comm import broadcast, reduce_scatter
+from minidp.comm import broadcast, reduce_scatter_tensor
 from minidp.comm import group as groups
 from minidp.comm.collectives import all_gather_into_tensor
 from minidp.comm.comm_thread import CommThread
@@ -184,9 +184,12 @@ class Zero2Optimizer(torch.optim.Optimizer):
         bucket, s = self.buckets[i], self.buckets[i].segment
         if not bucket.seen or not s:  # all frozen now, or zero-element: nothing to send
             return None
-        inputs = [bucket.send[r * s : (r + 1) * s] for r in range(self.world_size)]
+        send = bucket.send  # (world * s,): filled by the hooks, refilled next backward, so
+        # the ring may work in it (a copy of the whole bucket less than the list form)
         out = torch.empty_like(bucket.shard_grad) if bucket.accumulate else bucket.shard_grad
-        return lambda: reduce_scatter(out, inputs, "sum", self.process_group)
+        return lambda: reduce_scatter_tensor(
+            out, send, "sum", self.process_group, input_is_scratch=True
+        )
 
     def _finish(self) -> None:
         """Wait for every launched reduce-scatter; add what a second backward reduced. (A
