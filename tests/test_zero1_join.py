@@ -7,6 +7,11 @@ ZeRO or both. Ranks that run out shadow the others' iterations through the join 
 DDP's all-reduces, then the optimizer's step and broadcasts. After each of the rank's own
 steps and after the context exits, every parameter must be ``torch.equal``.
 
+The second test is the recipe torch's own ZeRO join test follows on CPU: the user's own
+``Joinable`` sets, once its rank has joined, the gradients the others still step on —
+through ``optimizer._all_params`` (a list, in torch's order). Every rank steps on the
+same gradients; minidp's ZeRO must give torch's bits after every step.
+
 Run: ``pytest tests/test_zero1_join.py``
 """
 
@@ -18,7 +23,7 @@ import pytest
 import torch
 import torch.nn as nn
 from test_zero_support import TinyLM, batch, diffs, loss_of
-from torch.distributed.algorithms.join import Join, Joinable
+from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZero
 
 import minidp
@@ -101,3 +106,65 @@ def test_join_with_uneven_inputs_matches_torch(joined, world_size, case, pair):
 def test_is_a_torch_joinable():
     assert issubclass(minidp.ZeroRedundancyOptimizer, Joinable)
     assert issubclass(minidp.DistributedDataParallel, Joinable)
+
+
+def _grads(model: nn.Module, step: int) -> list[torch.Tensor]:
+    """The step's gradients, the same on every rank (what DDP would have averaged)."""
+    g = torch.Generator().manual_seed(77 + step)
+    return [torch.randn(p.shape, generator=g) for p in model.parameters()]
+
+
+class _SetGrads(JoinHook):
+    """After this rank joined: each shadowed step sets the next gradients on every
+    parameter the optimizer holds, read as torch's own test reads them."""
+
+    def __init__(self, zero, model: nn.Module, first: int) -> None:
+        self.zero, self.model, self.step = zero, model, first
+
+    def main_hook(self) -> None:
+        for p, g in zip(self.zero._all_params, _grads(self.model, self.step), strict=True):
+            p.grad = g
+        self.step += 1
+
+
+class _GradientSetter(Joinable):
+    def __init__(self) -> None:
+        super().__init__()
+
+    def join_hook(self, **kwargs) -> JoinHook:
+        return _SetGrads(kwargs["zero"], kwargs["model"], kwargs["first"])
+
+    @property
+    def join_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def join_process_group(self):
+        return torch.distributed.group.WORLD
+
+
+def run_gradient_setter(rank: int, world: int) -> dict:
+    steps = 2 + rank  # uneven: the last rank steps most, the others shadow it
+    out = {}
+    for name, zero_class in ZEROS.items():
+        torch.manual_seed(0)
+        model = TinyLM()
+        zero = zero_class(model.parameters(), torch.optim.Adam, lr=1e-2)
+        setter, snaps = _GradientSetter(), []
+        with Join([setter, zero], zero=zero, model=model, first=steps):
+            for step in range(steps):
+                Join.notify_join_context(setter)
+                for p, g in zip(model.parameters(), _grads(model, step), strict=True):
+                    p.grad = g
+                zero.step()
+                snaps.append(copy.deepcopy(model))
+        out[name] = snaps + [copy.deepcopy(model)]
+    return {"diffs": [(i, d) for i, (a, b) in enumerate(zip(out["minidp"], out["torch"]))
+                      for d in diffs(a, b)], "steps": len(out["minidp"])}  # fmt: skip
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_users_joinable_sets_grads_through_all_params_like_torchs_test(process_world, world_size):
+    for rank, r in enumerate(process_world(world_size).run(run_gradient_setter)):
+        assert r["steps"] == 2 + rank + 1
+        assert r["diffs"] == [], f"rank {rank}: (snapshot, (param, max|diff|)) {r['diffs'][:6]}"

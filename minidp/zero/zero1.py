@@ -154,8 +154,8 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
             tensors, owners = [b for _, b in self._buckets], [o for o, _ in self._buckets]
         else:
             tensors, owners = [], []
-            for owner in range(self.world_size):
-                params = [p for p in self.owned_parameters(owner) if p.requires_grad]
+            for owner in range(self.world_size):  # frozen ones too, as torch: a user may
+                params = self.owned_parameters(owner)  # have set a .grad the owner stepped on
                 tensors += [p.detach() for p in params]
                 owners += [owner] * len(params)
         broadcast_many(tensors, owners, self.process_group)
