@@ -202,9 +202,6 @@ def shard_all(model, fully_shard, **kw):
 
 
 def fsdp_lesson(rank: int, world: int) -> dict:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(10 + rank)
     data = [torch.randint(0, VOCAB, (BATCH, SEQ), generator=g) for _ in range(STEPS)]
@@ -213,18 +210,22 @@ def fsdp_lesson(rank: int, world: int) -> dict:
     for mode in ("none", "block", "pair"):
         CKPT["mode"] = mode
         for lib in libs:
+            n = [0]  # FSDP2's all-gathers: calls of dist.all_gather_single, counted
             if lib == "minidp":
                 model = shard_all(make_model(), minidp.fully_shard)
-            else:
+            else:  # (imported here: FSDP2 is public from torch 2.6)
+                from torch.distributed.device_mesh import init_device_mesh
+                from torch.distributed.fsdp import fully_shard
+
                 model = shard_all(make_model(), fully_shard, mesh=init_device_mesh("cpu", (world,)))
+                original = dist.all_gather_single
+
+                def counted(*args, n=n, original=original, **kwargs):
+                    n[0] += 1
+                    return original(*args, **kwargs)
+
+                dist.all_gather_single = counted
             opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-            n, original = [0], dist.all_gather_single
-
-            def counted(*args, n=n, original=original, **kwargs):  # FSDP2's all-gather call
-                n[0] += 1
-                return original(*args, **kwargs)
-
-            dist.all_gather_single = counted
             try:
                 with trace.recording() as rec:
                     for tokens in data:
@@ -232,7 +233,8 @@ def fsdp_lesson(rank: int, world: int) -> dict:
                         opt.step()
                         opt.zero_grad()
             finally:
-                dist.all_gather_single = original
+                if lib != "minidp":
+                    dist.all_gather_single = original
             ours = sum(e["name"].startswith("all-gather") for e in rec.events)
             if lib == "minidp":
                 weights = minidp.fsdp.full_state_dict(model)
