@@ -3,8 +3,8 @@
 The moves themselves are checked against torch in the training-loop matrix
 (``test_matrix_ddp_zero.py``: ``zero2-clip``, ``zero2-no_sync``, ``zero2-frozen_after`` and
 the combined cases, ``torch.equal`` to FSDP2 ``reshard_after_forward=False``), and what a
-freed ``.grad`` (a DTensor, as FSDP2's) allows in ``test_zero2_dtensor.py``. Here: the
-loops that ``step()`` refuses rather than train wrongly.
+freed ``.grad`` (a DTensor, as FSDP2's) allows in ``test_zero2_grads.py`` and
+``test_fsdp_dtensor.py``. Here: the loops that ``step()`` refuses rather than train wrongly.
 
 Run: ``pytest tests/test_zero2_moves.py``
 """

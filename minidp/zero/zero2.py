@@ -18,7 +18,9 @@ all-gather per bucket then fills in the others' rows. Volume: DDP's all-reduce.
 As FSDP2: a second backward before ``zero_grad`` accumulates; ``no_sync()`` (FSDP2:
 ``set_requires_gradient_sync(False)``) keeps full local gradients; a freed ``.grad`` is a
 ``Shard(0)`` DTensor of this rank's reduced rows (``None`` in a thread world and for 0-d
-parameters), so ``clip_grad_norm_`` gets the global norm; a parameter frozen later is
+parameters), so ``clip_grad_norm_`` gets the global norm (``torch.save`` and ``deepcopy``
+work; ``p.grad.add_(p)`` mixes it with the whole parameter, a plain tensor: DTensor refuses,
+torch's ``implicit_replication()`` adds this rank's rows); a parameter frozen later is
 skipped. Checkpoints: ``state.py``; any parameter shape: ``zero2_layout.py``. Refused
 (``zero2_checks.py``, ``zero2_hooks.py``): a step that is not element-wise (Adafactor,
 LARS), a second optimizer on the same parameters, DDP around the model, a step after only
@@ -172,7 +174,9 @@ class Zero2Optimizer(torch.optim.Optimizer):
         # the full gradient is gone: only the shard survives, as FSDP2's: a DTensor over it
         # (clip_grad_norm_ on the model's parameters then gets the global norm)
         mesh = self.mesh if p.dim() else None  # a 0-d tensor has no dim 0 to shard
-        p.grad = dtensor.as_sharded(bucket.grad_rows(piece), mesh, p.shape) if mesh else None
+        p.grad = (
+            dtensor.as_sharded(_from_zero(bucket.grad_rows(piece)), mesh, p.shape) if mesh else None
+        )
         bucket.seen.add(id(p))
         self.queue.ready(self._index[id(bucket)])
         if self.queue.all_launched:
@@ -297,3 +301,12 @@ class Zero2Optimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a ``state_dict()`` saved at any world size; each rank keeps its own rows."""
         state.load(self, state_dict, WHO)
+
+
+def _from_zero(rows: torch.Tensor) -> torch.Tensor:
+    """``rows`` (a view into a bucket) as a tensor over the same memory that starts at storage
+    offset 0. A DTensor takes its local tensor's storage offset as its own, and torch.save
+    and copy.deepcopy then read a storage the DTensor does not have ("invalid python
+    storage": FSDP2's own gradients after the first of a reduce-scatter fail so on torch
+    2.13). DLPack hands over the same memory from its first element: no copy."""
+    return torch.from_dlpack(rows) if rows.storage_offset() else rows
