@@ -150,7 +150,7 @@ def load_object_checkpoint(rank: int, folder: Path, state: dict) -> str:
         # explicit: the default since torch 2.6, but torch 2.4/2.5 would load the object
         torch.load(obj_file, map_location="cpu", weights_only=True)
         return "loaded"
-    except pickle.UnpicklingError as exc:  # the type on every torch from 2.4 to 2.14
+    except pickle.UnpicklingError as exc:  # the type on every torch from 2.4 to 2.15
         text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # torch bolds a phrase with ANSI codes
         return f"{type(exc).__name__}: " + " ".join(text.split())[:100]
 

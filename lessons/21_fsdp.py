@@ -23,8 +23,9 @@
 # (`torch.distributed.fsdp.FullyShardedDataParallel`) flattens each unit's parameters
 # into one `FlatParameter` and gives each rank one contiguous slice of it; **FSDP2**
 # (`torch.distributed.fsdp.fully_shard`) keeps every parameter as its own tensor (a
-# DTensor) and cuts each on dim 0. minidp's textbook version (section 2) is FSDP1's flat
-# slice; `minidp.fully_shard` (section 1 onwards) is FSDP2's per-parameter cut.
+# DTensor) and cuts each on dim 0, padded to equal pieces. minidp builds FSDP2's cut, in
+# the book's page (section 2) and in `minidp.fully_shard` alike; FSDP1's `FlatParameter`
+# is described here, not built.
 #
 # Here: how a parameter is cut, the textbook version, memory per rank, a traced step
 # showing what the prefetch hides and what it cannot, and the check against PyTorch's own
@@ -110,10 +111,11 @@ if __name__ == "__main__":
         )
 
 # %% [markdown]
-# ## 2. The textbook version (FSDP1's layout)
-# All of FSDP's idea in 67 lines (`minidp/textbook/fsdp.py`): one flat slice of all the
-# parameters per rank — FSDP1's `FlatParameter` — gathered before the forward,
-# reduce-scattered after the backward.
+# ## 2. The textbook version (FSDP2's cut, the whole model one unit)
+# All of FSDP's idea on one page (`minidp/textbook/fsdp.py`): every parameter cut on dim 0
+# into one piece per rank, padded with zero rows to equal pieces (a piece is FSDP2's
+# `to_local()` plus its padding), gathered before the forward, reduce-scattered after the
+# backward.
 
 # %%
 if __name__ == "__main__":
@@ -124,9 +126,9 @@ if __name__ == "__main__":
 # What `minidp.fully_shard` adds (`wrap.py`, `unit.py`, `root.py`): **units**, so only one
 # block is gathered at a time; freeing a unit's full weights after its forward
 # (`reshard_after_forward`, storage resized to 0 bytes — autograd's saved tensors point at
-# the same storage and get their data back at the backward all-gather); dim-0 shards that
-# line up with FSDP2's; and the **prefetch**: when unit i starts, unit i+1's all-gather is
-# already sent to the communication thread (backward: unit i-1's).
+# the same storage and get their data back at the backward all-gather); one all-gather of a
+# unit's pieces together; DTensor shards; and the **prefetch**: when unit i starts, unit
+# i+1's all-gather is already sent to the communication thread (backward: unit i-1's).
 
 # %% [markdown]
 # ## 3. Two ranks: memory, a traced step, and PyTorch's answer
@@ -153,7 +155,8 @@ def train(model, opt, data, record_step: int | None = None):
 
 def fsdp_lesson(rank: int, world: int) -> dict:
     torch.set_num_threads(1)
-    out: dict = {"full_bytes": sum(p.nbytes for p in make_model().parameters())}
+    full = sum(p.nbytes for p in make_model().parameters())  # global: the unsharded model
+    out: dict = {"full_bytes": full}
     model = shard_all(make_model(), minidp.fully_shard)
     out["between_steps"] = sharded_bytes(model)
     with torch.no_grad():  # an inference forward frees everything again
@@ -207,7 +210,7 @@ if __name__ == "__main__":
           f"{between['gathered']:,} gathered")  # fmt: skip
     print(f"  rank 0 after a training forward: {after['gathered']:,} bytes gathered "
           "(the root's embedding/head and norm; every block freed again)")  # fmt: skip
-    padded = sum(  # every parameter: ceil(rows / world) rows of its row size, float32
+    padded = sum(  # global shapes: ceil(rows / world) rows of each row size, float32
         shard.shard_rows(p.shape[0], WORLD) * p[0].numel() * 4 for p in make_model().parameters()
     )
     kit.check_true(
@@ -221,7 +224,7 @@ if __name__ == "__main__":
         after["gathered"] == root_bytes,
         f"{after['gathered']:,} bytes",
     )
-    block_bytes = sum(p.nbytes for p in Block(DIM).parameters())
+    block_bytes = sum(p.nbytes for p in Block(DIM).parameters())  # global: a whole block
     peak = r0["last_step"]["peak_gathered"]
     print(f"  rank 0's peak during a training step: {peak:,} bytes of full parameters "
           f"(root {root_bytes:,}, a block {block_bytes:,}; at most the block computing and "

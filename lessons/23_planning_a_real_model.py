@@ -155,7 +155,7 @@ def stages_on_rank(rank: int, world: int, model: nn.Module) -> dict:
 if __name__ == "__main__":
     kit.title("Lesson 23: planning a real model — Qwen2.5-14B on two A100s")
     model = small_model()
-    counted = sum(p.numel() for p in model.parameters())
+    counted = sum(p.numel() for p in model.parameters())  # global (nothing is sharded here)
     formula_small = qwen2_param_count(**SMALL)
     psi = qwen2_param_count(**QWEN_14B)
     print(f"small Qwen2-shaped model: formula {formula_small}, torch counts {counted}")

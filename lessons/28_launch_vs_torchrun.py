@@ -17,7 +17,7 @@
 # passes `--local-rank=N`. A script whose parser only knows `--local_rank` fails under
 # torch >= 2.0 with "unrecognized arguments: --local-rank=0"; accept both spellings, or
 # better, read `os.environ["LOCAL_RANK"]`. Both launchers set `LOCAL_RANK` in the
-# environment in every torch this course supports (2.4 to 2.14), and `launch` warns that
+# environment in every torch this course supports (2.4 to 2.15), and `launch` warns that
 # it is deprecated (a `FutureWarning`).
 #
 # This lesson runs both launchers on this very file (2 ranks, gloo, localhost) and

@@ -169,10 +169,21 @@ def accumulate(model, opt, micro: list, how: str, steps: int = 2) -> list:
             loss_of(model, tokens).backward()
             if not last and how != "sync every backward":
                 grads = [p.grad for p in model.parameters() if p.grad is not None]
-                held.append(sum(g.nbytes for g in grads) if grads else None)
+                held.append(sum(g.nbytes for g in grads) if grads else None)  # global
         opt.step()
         opt.zero_grad()
     return held
+
+
+def shard_grad_bytes(model) -> int:
+    """The bytes of ``.grad`` this rank holds: each sharded gradient is a DTensor, whose
+    ``nbytes`` is the global tensor's; ``to_local()`` is this rank's rows."""
+    return sum(p.grad.to_local().nbytes for p in model.parameters() if p.grad is not None)
+
+
+def padded_shard_bytes(model, world: int) -> int:
+    """One rank's padded shard of every parameter: ``ceil(rows / world)`` rows, float32."""
+    return sum(4 * -(-p.shape[0] // world) * p[0].numel() for p in model.parameters())  # global
 
 
 def accumulate_lesson(rank: int, world: int) -> dict:
@@ -196,7 +207,7 @@ def accumulate_lesson(rank: int, world: int) -> dict:
     out["forward all-gathers"] = traffic(model).sent_bytes
     loss.backward()
     out["reduce-scatter"] = traffic(model).sent_bytes - out["forward all-gathers"]
-    out["shard grad bytes"] = sum(p.grad.nbytes for p in model.parameters())
+    out["shard grad bytes"] = shard_grad_bytes(model)
     if not kit.why_no_fsdp2():
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -230,12 +241,22 @@ if __name__ == "__main__":
         last - kept == fwd,
         f"{last:,} - {kept:,} = {last - kept:,} B vs {fwd:,} B measured alone",
     )
-    full = 4 * sum(p.numel() for p in TinyLM().parameters())
+    full = 4 * sum(p.numel() for p in TinyLM().parameters())  # global: the whole gradient
+    shards = [r["shard grad bytes"] for r in acc]
+    padded = padded_shard_bytes(TinyLM(), WORLD)
     held = {key: v for r in acc for key, v in r["held"].items()}
     print(f"  after the first micro-batch's backward without sync, model.parameters() hold "
           f"no .grad (resharded) or {held['minidp', HOWS[2]][0]:,} B of .grad (stayed "
-          f"gathered): the full gradient, {full:,} B; a synced rank holds its shard, "
-          f"{r0['shard grad bytes']:,} B")  # fmt: skip
+          f"gathered): the full gradient, {full:,} B; a synced rank holds its own shard "
+          f"(to_local()): {' and '.join(f'{b:,}' for b in shards)} B on ranks 0 and 1")  # fmt: skip
+    kit.check_true(
+        "a synced rank holds only its shard: the ranks' shards add up to the full gradient, "
+        f"each at most its padded 1/{WORLD} ({padded:,} B, within {padded * WORLD - full:,} B "
+        f"of padding of {full:,} / {WORLD})",
+        sum(shards) == full
+        and all(padded - (padded * WORLD - full) <= b <= padded for b in shards),
+        f"{shards} B",
+    )
     kit.check_true(
         "no sync: no sharded .grad exists between micro-batches (minidp and FSDP2, every rank)"
         " — the sum is held unsharded",
@@ -243,9 +264,9 @@ if __name__ == "__main__":
     )
     kit.check_true(
         "no sync, stay gathered: the gathered parameters hold the full gradient on every rank "
-        "(minidp and FSDP2), world times a shard",
+        "(minidp and FSDP2), all the ranks' shards together",
         all(v == [full] * len(v) and v for (_, how), v in held.items() if how == HOWS[2]),
-        f"{full:,} B vs {r0['shard grad bytes']:,} B",
+        f"{full:,} B vs {shards} B",
     )
     if ("fsdp2", HOWS[1]) in r0:
         for rank, r in enumerate(acc):
@@ -262,10 +283,13 @@ if __name__ == "__main__":
 # first reduce-scatter saves one micro-batch's reduce-scatters and nothing else.
 #
 # **What it costs.** Between micro-batches there is no sharded `.grad` yet: the sum so far
-# is kept *unsharded* — the full gradient of every unit, on every rank (FSDP2 keeps it on
-# the unsharded parameters). That is `world` times the shard a synced rank holds: for
-# Qwen2.5-14B's bf16 gradients, 27 GiB per GPU instead of 27/N — ZeRO-1's gradient memory,
-# for the length of the accumulation. The alternatives, by what they trade:
+# is kept *unsharded* — the full gradient of every unit, on every rank: all the ranks'
+# shards together. FSDP2 keeps that sum in `reduce_dtype` (`to_accumulated_grad_if_needed`
+# upcasts each micro-batch's gradient before adding it): for Qwen2.5-14B under
+# `MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)` — or
+# without mixed precision — 14.7 B × 4 bytes = 55 GiB per GPU instead of 55/N (27 GiB with a
+# bf16 `reduce_dtype`): ZeRO-1's gradient memory, for the length of the accumulation. The
+# alternatives, by what they trade:
 #
 # * **reduce-scatter every micro-batch** (the default): each rank holds only its gradient
 #   shard; one reduce-scatter per micro-batch — the choice when memory is what is short;
@@ -293,7 +317,10 @@ def zero2_lesson(rank: int, world: int) -> dict:
     model = TinyLM()
     opt = Zero2Optimizer(model.parameters(), torch.optim.AdamW, lr=1e-2)
     loss_of(model, data).backward()
-    out = {"grad": repr(model.head.weight.grad)}
+    grad = model.head.weight.grad
+    shape = tuple(grad.shape)  # global: the whole gradient's
+    rows = tuple(grad.to_local().shape)
+    out = {"grad": f"a {type(grad).__name__}, {grad.placements}, shape {shape}, rows {rows} here"}
     out["norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM).full_tensor()
     opt.step()
     out["weights"] = {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -32,7 +32,8 @@ from torch import nn
 
 import minidp
 from minidp.tools.planner import plan
-from minidp.tools.planner.memory import measure, storage_bytes
+from minidp.tools.planner.memory import measure, optimizer_tensors, storage_bytes
+from minidp.tools.planner.units import units
 
 WORLD, PSI = 2, 14.7e9  # Qwen2.5-14B's parameters (lesson 23)
 DIM, LAYERS, RANK = kit.pick(64, 32), kit.pick(4, 2), 4  # RANK: LoRA's r
@@ -81,7 +82,7 @@ def counted_step(model, opt, x, y) -> dict:
     parameters are gathered (not DTensors) between forward and backward."""
     import torch.distributed as dist
 
-    counts = {"all-gather in": 0, "reduce-scatter out": 0}
+    counts = {"all-gather in": 0, "reduce-scatter in": 0, "reduce-scatter out": 0}
     ag, rs = dist.all_gather_single, dist.reduce_scatter_single
 
     def ag_counted(output_tensor, input_tensor, *args, **kwargs):
@@ -89,6 +90,7 @@ def counted_step(model, opt, x, y) -> dict:
         return ag(output_tensor, input_tensor, *args, **kwargs)
 
     def rs_counted(output, input, *args, **kwargs):
+        counts["reduce-scatter in"] += input.nbytes  # the unit's gradients, one flat copy
         counts["reduce-scatter out"] += output.nbytes
         return rs(output, input, *args, **kwargs)
 
@@ -133,14 +135,11 @@ def offload_lesson(rank: int, world: int) -> dict:
         except RuntimeError as exc:
             out[how] = f"{type(exc).__name__}: {exc}"
             continue
-        local = [getattr(p, "to_local", lambda p=p: p)() for p in model.parameters()]
-        grads = [getattr(p.grad, "to_local", lambda g=p.grad: g)() for p in model.parameters()]
-        states = [
-            getattr(v, "to_local", lambda v=v: v)() for s in opt.state.values() for v in s.values()
-        ]
+        used = measure(model, opt)  # this rank's own bytes: each DTensor's local rows
+        held = [*model.parameters(), *(p.grad for p in model.parameters())]
         out[how] = {
-            "bytes": [storage_bytes(t) for t in (local, grads, states)],
-            "devices": sorted({str(t.device) for t in local + grads + states}),
+            "bytes": [used.params, used.grads, used.optimizer],
+            "devices": sorted({str(t.device) for t in held + optimizer_tensors(opt)}),
             "weights": minidp.fsdp.full_state_dict(model) if how == "minidp"
             else {n: p.full_tensor().detach() for n, p in model.named_parameters()},
         }  # fmt: skip
@@ -150,8 +149,8 @@ def offload_lesson(rank: int, world: int) -> dict:
 def padded_shard_bytes(module: nn.Module) -> int:
     """fp32 bytes of one rank's padded shard of ``module``'s own parameters (dim 0 cut in
     ``WORLD`` chunks of ``ceil(rows / WORLD)`` rows, FSDP2's rule)."""
-    params = module.parameters(recurse=False)
-    return sum(4 * math.ceil(p.shape[0] / WORLD) * (p.numel() // p.shape[0]) for p in params)
+    params = module.parameters(recurse=False)  # an unsharded module: global shapes
+    return sum(4 * math.ceil(p.shape[0] / WORLD) * p[0].numel() for p in params)  # global
 
 
 if __name__ == "__main__":
@@ -180,7 +179,7 @@ if __name__ == "__main__":
                       r["offload, not pinned"]["weights"], r["none"]["weights"])  # fmt: skip
             kit.check(f"rank {rank}: minidp FSDP = FSDP2 with offload", r["minidp"]["weights"],
                       r["offload, not pinned"]["weights"])  # fmt: skip
-        numel = sum(p.numel() for p in make_model().parameters())
+        numel = sum(p.numel() for p in make_model().parameters())  # global: unsharded
         row = plan.plan(numel, WORLD, 80, precision="fp32")[3]  # FSDP, fp32: 4 + 4 + 8
         got = sum(res[0]["offload, not pinned"]["bytes"])
         kit.check_true(
@@ -189,7 +188,7 @@ if __name__ == "__main__":
             f"{got:,} B measured vs {row.total:,.0f} B",
         )
         copies, model = res[0]["copies"], make_model()
-        root, units = model[-1], list(model)[:-1:2]
+        root, layers = model[-1], list(model)[:-1:2]
         root_names = [f"{len(model) - 1}.{n}" for n, _ in root.named_parameters()]
         print(f"  one offloaded step, rank 0: {copies['all-gather in']:,} B host→device (the "
               f"all-gathers' inputs), {copies['reduce-scatter out']:,} B device→host (the "
@@ -200,13 +199,19 @@ if __name__ == "__main__":
             "resharded",
             copies["gathered after forward"] == root_names,
         )
-        h2d = 2 * sum(padded_shard_bytes(u) for u in units) + padded_shard_bytes(root)
+        h2d = 2 * sum(padded_shard_bytes(m) for m in layers) + padded_shard_bytes(root)
         d2h = sum(padded_shard_bytes(m) for m in model.modules())
         kit.check_true(
             "host→device per step: each unit's fp32 shard twice (forward, backward), the "
             "root's once; device→host: every gradient shard once",
             copies["all-gather in"] == h2d and copies["reduce-scatter out"] == d2h,
             f"{h2d:,} and {d2h:,} B from the shapes",
+        )
+        kit.check_true(
+            "each reduce-scatter's input is a whole copy of its unit's gradients, on the device "
+            f"beside them: {WORLD} x the shard",
+            copies["reduce-scatter in"] == WORLD * d2h,
+            f"{copies['reduce-scatter in']:,} B vs {WORLD} x {d2h:,}",
         )
 
 # %% [markdown]
@@ -216,7 +221,11 @@ if __name__ == "__main__":
 # precision, 16 bytes per parameter). The GPU holds what is gathered at the moment: the
 # root unit — the embedding and the output head, 152,064 × 5,120 each, which FSDP2 keeps
 # gathered from forward to backward (checked above) — and about two layers (the one
-# computing and the one prefetched). Sharding the embedding and the head as units of their
+# computing and the one prefetched). Backward adds the unsharded gradients (the head's,
+# from the start of backward to the root's reduce-scatter at its end, and the current
+# layer's) and each unit's reduce-scatter input, a whole copy of its gradients in
+# `reduce_dtype` (counted above). The planner adds them up
+# (`minidp/tools/planner/units.py`); sharding the embedding and the head as units of their
 # own frees them between uses.
 #
 # The link's speed and the GPU are *assumptions* here (no GPU on this machine): PCIe 4.0
@@ -231,13 +240,11 @@ if __name__ == "__main__":
 
     rows = {r.stage: r for r in plan.plan(PSI, WORLD, 80)}
     gib = plan.GIB
-    root = 2 * 152064 * 5120 + 5120  # embedding, output head (not tied), final norm
-    layer = (PSI - root) / 48  # parameters per decoder layer (lesson 23's shapes)
+    u = units("qwen2.5-14b", "fsdp2-bf16")  # bf16 compute, reduce_dtype=float32
+    root, layer = u.root, u.layer  # embedding + head (not tied) + final norm; a decoder layer
     print(f"  FSDP, nothing offloaded: {rows['fsdp'].total / gib:.1f} GiB per GPU — does not fit")
-    print(f"  FSDP2 + CPUOffloadPolicy, on the GPU: the root unit {root / 1e9:.2f} B parameters "
-          f"= {2 * root / gib:.1f} GiB in bf16, + ~2 gathered layers {2 * 2 * layer / gib:.1f} "
-          f"GiB = ~{2 * (root + 2 * layer) / gib:.1f} GiB (+ activations); host RAM per rank "
-          f"{rows['fsdp'].total / gib:.1f} GiB")  # fmt: skip
+    print(f"  FSDP2 + CPUOffloadPolicy, on the GPU: {u.describe()} (+ activations); host "
+          f"RAM per rank {rows['fsdp'].total / gib:.1f} GiB")  # fmt: skip
     print(f"  ZeRO-Offload (ZeRO-2 + offload): GPU keeps the bf16 weights, {rows['zero2'].weights / gib:.1f} GiB; "
           f"host {(rows['zero2'].grads + rows['zero2'].optimizer) * WORLD / gib:.1f} GiB in all")  # fmt: skip
     h2d = 4 * (2 * (PSI - root) + root) / WORLD  # fp32 shards: two gathers a layer, root once
@@ -297,8 +304,8 @@ if __name__ == "__main__":
     F.cross_entropy(model(x), y).backward()
     opt.step()
     used = measure(model, opt)
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())  # global (one process)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # global
     planned = plan.plan(total, 1, 80, precision="fp32", trainable=trainable / total)[0]
     counters = 4 * len(opt.state)  # AdamW's step counter, one fp32 scalar per trainable tensor
     print(f"  {trainable} of {total} parameters trainable ({trainable / total:.1%}); measured "

@@ -7,9 +7,12 @@
 # fp16 has 10 mantissa bits but 5 exponent bits. Its smallest step is 2⁻²⁴ ≈ 6e-8 (the
 # smallest *subnormal*), so values below half of it, 2⁻²⁵ ≈ 3e-8, round to **zero**; below
 # 2⁻¹⁴ ≈ 6e-5 values are subnormal — multiples of 2⁻²⁴, with fewer significant bits the
-# smaller they are; above 65504 they become **inf**. bf16 keeps fp32's 8 exponent bits (same
-# range) with 7 mantissa bits. Gradients are often tiny, so in fp16 many underflow to zero
-# and the step silently ignores them, and those that survive are coarse. **Loss scaling** multiplies the loss by S (2¹⁶ by default) before backward —
+# smaller they are. At the top, fp16's largest value is 65504 and its step there is 32:
+# rounding to nearest sends values from 65520 (half a step above 65504) up to **inf**, and
+# those below 65520 to 65504 at most. bf16 keeps fp32's 8 exponent bits (same range) with
+# 7 mantissa bits. Gradients are often tiny, so in fp16 many underflow to zero and the step
+# silently ignores them, and those that survive are coarse. **Loss scaling** multiplies the
+# loss by S (2¹⁶ by default) before backward —
 # every gradient is S times larger, out of the underflow zone — and divides the gradients
 # by S (in fp32) before the step. Too large an S overflows: then the step is skipped and S
 # halved; after `growth_interval` clean steps S doubles again. That is
@@ -66,6 +69,11 @@ if __name__ == "__main__":
     print(f"  2.9e-8 and 3.0e-8 in fp16: {edge.tolist()} (2^-24 = {2.0**-24:.4g})")
     kit.check_true("fp16's zero edge is 2^-25 ≈ 3e-8, half the smallest subnormal: 2.9e-8 → 0, "
                    "3.0e-8 → 2^-24", edge.tolist() == [0.0, 2.0**-24])  # fmt: skip
+    top = torch.tensor([65504.0, 65519.0, 65519.99, 65520.0]).to(FP16).float()
+    print(f"  65504, 65519, 65519.99 and 65520 in fp16: {top.tolist()}")
+    kit.check_true("fp16's inf edge is 65520, half a step (16) above its largest value 65504: "
+                   "65519.99 → 65504, 65520 → inf",
+                   top[:3].tolist() == [65504.0] * 3 and torch.isinf(top[3]))  # fmt: skip
 
 # %% [markdown]
 # ## 2. Underflow in a real backward

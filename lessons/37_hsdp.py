@@ -323,8 +323,8 @@ if __name__ == "__main__":
 if __name__ == "__main__":
     torch.manual_seed(0)
     params = list(TinyLM().parameters())
-    numel = sum(p.numel() for p in params)
-    shard_bytes = 4 * sum(math.ceil(p.shape[0] / S) * (p.numel() // p.shape[0]) for p in params)
+    numel = sum(p.numel() for p in params)  # global: an unsharded TinyLM
+    shard_bytes = 4 * sum(math.ceil(p.shape[0] / S) * p[0].numel() for p in params)  # global
     hsdp_cross = [r["by node"]["hsdp"]["other node"] for r in res]
     print(f"  gradient {4 * numel:,} bytes; its padded 1/{S} shard {shard_bytes:,} bytes; "
           f"HSDP sent to the other node per rank {hsdp_cross}")  # fmt: skip
@@ -334,7 +334,7 @@ if __name__ == "__main__":
         all(shard_bytes <= b <= 1.02 * shard_bytes for b in hsdp_cross), f"{hsdp_cross}",
     )  # fmt: skip
     r4 = R * S  # the (4, 1) run: 4 replicas, shard size 1
-    wide = 4 * sum(p.numel() for p in Wide().parameters())  # the gradient, all of it (S = 1)
+    wide = 4 * sum(p.numel() for p in Wide().parameters())  # global: all of it (S = 1)
     ring = 2 * (r4 - 1) / r4 * wide
     wide_sent = [r["wide"]["sent"] for r in res]
     print(f"  R = {r4}, S = 1: gradient {wide:,} B; 2(R-1)/R of it {ring:,.0f} B; sent down the "
@@ -379,7 +379,8 @@ if __name__ == "__main__":
             "all-reduces every unit's shard once",
             all(a["all-reduces"] == [0, a["units"]] for a in acc),
         )
-#
+
+# %% [markdown]
 # ## 4. Memory: FSDP's over S ranks, not over S x R
 # The model states per rank (weights, gradients, AdamW's state) read from the tensors
 # (`minidp.tools.planner.memory.measure`): HSDP holds exactly what FSDP within one node holds — and
@@ -412,22 +413,40 @@ if __name__ == "__main__":
 # %% [markdown]
 # ## 5. At scale: the shard group must still hold the model
 # Llama-3-70B on 8 nodes of 8 80-GiB GPUs, AdamW, 16 bytes per parameter: HSDP needs 64/S
-# times FSDP-over-64's memory. With one node per shard group (S = 8) the model states
-# alone exceed 80 GiB, so the shard group must span 2 nodes (its all-gathers cross a slow
-# link again, over 16 ranks instead of 64). The planner, activations estimated for
-# 4096-token sequences with every layer checkpointed:
+# times FSDP-over-64's memory for the model states. With one node per shard group (S = 8)
+# they alone exceed 80 GiB. With S = 16 the model states and the activations (4096-token
+# sequences, every layer checkpointed) fit — but a step also holds the units FSDP gathers
+# (lesson 34): the root's embedding and head, 2.10 B parameters = 3.9 GiB in bf16, from
+# forward to backward; two gathered layers of 1.6 GiB; and in backward the unsharded
+# gradients and their reduce-scatter copies. The planner counts them (`units`): S = 16 is
+# necessary, not sufficient. 32-GPU shard groups fit (their all-gathers cross more nodes),
+# as would the embedding and the head as units of their own (freed between uses).
 
 # %%
 if __name__ == "__main__":
     from minidp.tools.planner import plan_cli
+    from minidp.tools.planner.units import units
 
-    psi = plan.MODELS["llama-3-70b"]
+    psi, u = plan.MODELS["llama-3-70b"], units("llama-3-70b", "bf16-mixed")
     totals = {s: plan.plan(psi, 64, 80, shard_size=s)[-1].total / plan.GIB for s in (8, 16, 32)}
     print("  HSDP model states per GPU by shard size: "
-          + ", ".join(f"S={s}: {t:.1f} GiB" for s, t in totals.items()))  # fmt: skip
-    argv = "--model llama-3-70b --gpus 64 --shard-size 16 --seq 4096 --checkpointing full"
-    print(f"\n$ python -m minidp memory {argv}")
-    plan_cli.main(argv.split())
+          + ", ".join(f"S={s}: {t:.1f} GiB" for s, t in totals.items())
+          + f"; FSDP's units at their peak: {u.peak / plan.GIB:.1f} GiB")  # fmt: skip
+    argv = "--model llama-3-70b --gpus 64 --seq 4096 --checkpointing full --shard-size"
+    hsdp = {}
+    for s in (16, 32):
+        rows, text = plan_cli.planned([*argv.split(), str(s)])
+        if s == 32:  # the same table but for its last row
+            text = "\n".join(t for t in text.splitlines() if t.startswith(("stage", "HSDP")))
+        print(f"\n$ python -m minidp memory {argv} {s}\n{text}")
+        hsdp[s] = rows[-1]
+    kit.check_true(
+        "S = 16 is necessary, not sufficient: the model states and activations fit in 80 GiB, "
+        "the gathered units do not; S = 32 fits",
+        hsdp[16].total - hsdp[16].units <= 80 * plan.GIB < hsdp[16].total and hsdp[32].fits,
+        f"S = 16: {(hsdp[16].total - hsdp[16].units) / plan.GIB:.1f} GiB + units "
+        f"{hsdp[16].units / plan.GIB:.1f} = {hsdp[16].total / plan.GIB:.1f} GiB",
+    )
     kit.done()
     print(
         "Exercise: HSDP's two-step gradient reduction yourself — python -m minidp exercise check hsdp_reduce"

@@ -39,6 +39,8 @@ from minidp.tools.planner import plan, plan_cli
 from minidp.tools.planner.activations import layer_bytes, logits_bytes, stack_bytes
 from minidp.tools.planner.memory import expected, measure
 from minidp.tools.planner.stages import step_and_measure, step_traffic, train_step
+from minidp.tools.planner.units import DTYPES as UNIT_DTYPES
+from minidp.tools.planner.units import units
 from minidp.zero.partition import partition_parameters, row_range, rows_per_rank
 
 STAGES = ["ddp", "zero1", "zero2"]
@@ -219,6 +221,52 @@ def test_planner_cli(capsys):
     assert "DDP (replicated)" in out and "219.0  NO" in out and "Activations are extra" in out
     plan_cli.main(["--params", "1e9", "--gpus", "8", "--activations-gib", "3"])
     assert "Activations are extra" not in capsys.readouterr().out
+
+
+def test_planner_units_llama_3_70b_s16_is_necessary_not_sufficient(capsys):
+    """FSDP's gathered units on the FSDP and HSDP rows: Llama-3-70B's root (embedding + head,
+    untied: 2 x 128,256 x 8,192 + 8,192 = 2.10 B parameters) is 3.9 GiB in bf16, a layer
+    1.6 GiB. With them HSDP over 16-GPU shard groups no longer fits in 80 GiB (the model
+    states alone, 75.0 GiB, did); 32-GPU groups do."""
+    u = units("llama-3-70b", "bf16-mixed")
+    assert u.root == 2 * 128256 * 8192 + 8192 and u.head == 128256 * 8192
+    assert (2 * u.root / plan.GIB, 2 * u.layer / plan.GIB) == pytest.approx((3.91, 1.59), abs=0.01)
+    # mid-backward: root + head gradient + 2 layers + a layer's gradient + its bf16 copy
+    assert u.peak == u.backward == 2 * (u.root + u.head + 4 * u.layer)
+    argv = "--model llama-3-70b --gpus 64 --seq 4096 --checkpointing full --shard-size"
+    totals = {}
+    for s in (16, 32):
+        assert plan_cli.main([*argv.split(), str(s)]) == 0
+        out = capsys.readouterr().out
+        row = next(line for line in out.splitlines() if line.startswith("HSDP"))
+        totals[s] = (float(row.split()[-3]), float(row.split()[-2]), row.split()[-1])
+        assert "FSDP's units" in out and "2.10 B parameters" in out
+    assert totals[16] == (pytest.approx(u.peak / plan.GIB, abs=0.05), 87.2, "NO")
+    assert totals[32][2] == "yes"
+    rows = plan.plan(plan.MODELS["llama-3-70b"], 64, 80, shard_size=16, units_gib=u.peak / plan.GIB)
+    assert [r.units > 0 for r in rows] == [False, False, False, True, True]
+    assert rows[-1].total - rows[-1].units == pytest.approx(70.6e9)  # 16 B x Ψ / 16
+
+
+def test_planner_units_by_layout_tied_heads_and_frozen_weights():
+    assert set(UNIT_DTYPES) == set(plan.PRECISIONS)  # every layout names its two dtypes
+    tied, untied = units("qwen2.5-0.5b", "fp32"), units("qwen2.5-7b", "fp32")
+    assert tied.root == tied.head + 896 and untied.root == 2 * untied.head + 3584
+    # FSDP2's policy: bf16 compute, fp32 reduce; its root's reduce-scatter is the larger
+    f2 = units("qwen2.5-14b", "fsdp2-bf16")
+    assert (f2.compute, f2.reduce) == (2, 4) and f2.peak == f2.root_reduce == 6 * f2.root
+    frozen = units("qwen2.5-14b", "bf16-mixed", trainable=0)
+    assert frozen.peak == 2 * (frozen.root + 2 * frozen.layer)  # weights only, no gradients
+    with pytest.raises(ValueError, match=r"layer shape is known .*got 'mystery'.*Hint"):
+        units("mystery", "fp32")
+
+
+def test_planner_units_need_a_preset(capsys):
+    assert plan_cli.main(["--params", "1e9", "--gpus", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "units" not in out.splitlines()[1] and "units are not counted" in out
+    with pytest.raises(ValueError, match=r"units_gib >= 0, got 80, 0.0 and -1.0"):
+        plan.plan(1e9, 8, 80, units_gib=-1.0)
 
 
 @pytest.mark.parametrize(

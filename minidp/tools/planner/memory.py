@@ -35,6 +35,7 @@ from collections.abc import Iterable
 
 import torch
 
+from minidp.fsdp.dtensor import local  # a DTensor's own rows: what this rank holds
 from minidp.tools.planner.plan import STAGES, bucket_bytes, stage_bytes
 
 
@@ -53,18 +54,14 @@ class Usage:
 
 
 def storage_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
-    """Bytes of the distinct storages behind ``tensors`` (``None`` entries are skipped)."""
+    """Bytes of the distinct storages behind ``tensors`` (``None`` entries are skipped); a
+    DTensor (FSDP's shards, their gradients and state) counts its local rows' storage."""
     seen: dict[int, int] = {}
-    for t in map(_local, tensors):
+    for t in map(local, tensors):
         if t is not None and t.numel() + t.untyped_storage().nbytes() > 0:
             storage = t.untyped_storage()
             seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
-
-
-def _local(t: torch.Tensor | None) -> torch.Tensor | None:
-    """A DTensor (FSDP's shards, their gradients and state): this rank's part."""
-    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -91,19 +88,19 @@ def measure(model: torch.nn.Module, optimizer) -> Usage:
     storages of minidp DDP's buckets that no ``.grad`` is a view of.
     """
     params = list(model.parameters())
-    local = getattr(optimizer, "optim", optimizer)
+    share = getattr(optimizer, "optim", optimizer)  # ZeRO: this rank's local optimizer
     if hasattr(optimizer, "gradient_shards"):  # ZeRO-2: the full .grad is gone by design
         grads = optimizer.gradient_shards()
     else:
         grads = [p.grad for p in params]
-    grad_storages = {g.untyped_storage().data_ptr() for g in map(_local, grads) if g is not None}
+    grad_storages = {g.untyped_storage().data_ptr() for g in map(local, grads) if g is not None}
     buckets = [
         b for b in bucket_buffers(model) if b.untyped_storage().data_ptr() not in grad_storages
     ]
     return Usage(
         storage_bytes(params),
         storage_bytes(grads),
-        storage_bytes(optimizer_tensors(local)),
+        storage_bytes(optimizer_tensors(share)),
         storage_bytes(buckets),
     )
 

@@ -23,7 +23,7 @@ used. Two mixed-precision layouts hold the same 16 bytes per AdamW parameter, sp
 differently: the paper's ``bf16-mixed`` (bf16 weights and gradients, fp32 master copy and
 moments: 2+2+12) and FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16)`` (``fsdp2-bf16``:
 fp32 sharded weights and gradients, fp32 moments: 4+4+8, plus bf16 copies of the units
-gathered at the moment). Frozen parameters (``--trainable`` < 1) keep their
+gathered at the moment: ``units.py``). Frozen parameters (``--trainable`` < 1) keep their
 weights but need no gradient and no optimizer state. Activations, temporary buffers,
 the CUDA context and fragmentation are *extra*: give ``--activations-gib`` to include a
 measured figure, or ``--seq`` to include ``activations.py``'s estimate for a preset's
@@ -59,7 +59,7 @@ PRECISIONS = {
     "bf16-mixed": (2, 2, 4, 4),  # the ZeRO paper's mixed precision: fp32 master + moments
     "bf16": (2, 2, 0, 2),  # pure bf16: no master copy, bf16 moments
     # FSDP2's MixedPrecisionPolicy: the shards and their .grad stay fp32 (they are the master
-    # weights); only the gathered copies are bf16, and those are temporary (not counted)
+    # weights); only the gathered copies are bf16, and those are temporary (units.py)
     "fsdp2-bf16": (4, 4, 0, 4),
 }
 # What each layout means, printed under the table: the same name means different bytes in
@@ -68,8 +68,8 @@ LAYOUTS = {
     "fp32": "fp32 weights, gradients and moments",
     "bf16-mixed": "the ZeRO paper's: bf16 weights and gradients, fp32 master copy and moments",
     "bf16": "pure bf16: weights, gradients and moments in bf16, no master copy",
-    "fsdp2-bf16": "FSDP2's MixedPrecisionPolicy(param_dtype=bf16): fp32 shards, gradients and "
-    "moments; + 2 bytes x the parameters of each unit gathered at the moment (not counted)",
+    "fsdp2-bf16": "FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32): fp32 "
+    "shards, gradients and moments; + bf16 copies of the units gathered at the moment",
 }
 # Published total parameter counts (model cards), embeddings included.
 MODELS = {
@@ -154,6 +154,7 @@ class Row:
     gpu_bytes: float
     buckets: float = 0.0  # DDP's flat gradient buckets (plan(buckets=True)), else 0
     shard_size: int = 0  # HSDP's shard group (the "hsdp" row), else 0
+    units: float = 0.0  # FSDP's and HSDP's gathered units (plan(units_gib=...)), else 0
 
     @property
     def name(self) -> str:
@@ -163,7 +164,8 @@ class Row:
 
     @property
     def total(self) -> float:
-        return self.weights + self.grads + self.buckets + self.optimizer + self.activations
+        parts = (self.weights, self.grads, self.buckets, self.optimizer, self.activations)
+        return sum(parts) + self.units
 
     @property
     def fits(self) -> bool:
@@ -180,6 +182,7 @@ def plan(
     activations_gib: float = 0.0,
     buckets: bool = False,
     shard_size: int | None = None,
+    units_gib: float = 0.0,
 ) -> list[Row]:
     """One :class:`Row` per stage: bytes per GPU and whether it fits in ``gpu_gib``.
 
@@ -187,8 +190,10 @@ def plan(
     ``gradient_as_bucket_view=False``); the paper's formulas leave them out.
     ``shard_size``: add an "hsdp" row — shard within groups of ``shard_size`` GPUs, replicate
     across the ``gpus // shard_size`` groups: FSDP's bytes with ``N = shard_size``.
+    ``units_gib``: FSDP's gathered units at their peak (``units.py``), on the FSDP and HSDP
+    rows; the paper's formulas leave them out.
     """
-    _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_gib)
+    _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_gib, units_gib)
     _check_shard_size(shard_size, gpus)
     p, g, _, _ = PRECISIONS[precision]
     k = optimizer_k(optimizer, precision)
@@ -202,9 +207,12 @@ def plan(
         )
         for s in STAGES
     ]
+    rows[-1].units = units_gib * GIB
     if shard_size is not None:  # FSDP within a shard group; the replicas change nothing here
         fsdp = stage_bytes("fsdp", params, shard_size, p, g, k, trainable)
-        rows.append(Row("hsdp", *fsdp, activations_gib * GIB, gpu_gib * GIB, 0.0, shard_size))
+        rows.append(
+            Row("hsdp", *fsdp, activations_gib * GIB, gpu_gib * GIB, 0, shard_size, units_gib * GIB)
+        )
     return rows
 
 
@@ -219,7 +227,7 @@ def _check_shard_size(shard_size, gpus) -> None:
         )
 
 
-def _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_gib) -> None:
+def _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_gib, units_gib):
     # inf/nan first: they slip through the range checks below (inf > 0, nan < 0 is False)
     # and would print a table of inf/nan with a verdict on it.
     for name, value in (
@@ -227,6 +235,7 @@ def _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_g
         ("gpu_gib", gpu_gib),
         ("trainable", trainable),
         ("activations_gib", activations_gib),
+        ("units_gib", units_gib),
     ):
         if not math.isfinite(value):
             raise ValueError(
@@ -237,10 +246,10 @@ def _check(params, gpus, gpu_gib, optimizer, precision, trainable, activations_g
         raise ValueError(f"plan: expected a positive parameter count, got {params!r}")
     if not (isinstance(gpus, int) and gpus >= 1):
         raise ValueError(f"plan: expected gpus to be an integer >= 1, got {gpus!r}")
-    if not gpu_gib > 0 or activations_gib < 0:
+    if not gpu_gib > 0 or min(activations_gib, units_gib) < 0:
         raise ValueError(
-            f"plan: expected gpu_gib > 0 and activations_gib >= 0, got {gpu_gib!r} and "
-            f"{activations_gib!r}"
+            f"plan: expected gpu_gib > 0 and activations_gib, units_gib >= 0, got {gpu_gib!r}, "
+            f"{activations_gib!r} and {units_gib!r}"
         )
     if optimizer not in MOMENTS:
         raise ValueError(f"plan: expected an optimizer in {sorted(MOMENTS)}, got {optimizer!r}")
@@ -254,19 +263,23 @@ def format_plan(
     rows: list[Row], params: float, gpus: int, label: str, extra: str, precision: str = ""
 ) -> str:
     """The planner's table as text (GiB per GPU); ``precision`` names the layout it used."""
-    with_buckets = any(r.buckets for r in rows)
+    with_buckets, with_units = any(r.buckets for r in rows), any(r.units for r in rows)
     out = [
         f"{label}: {params / 1e9:.3g} B parameters on {gpus} GPU(s) of "
         f"{rows[0].gpu_bytes / GIB:g} GiB — model states per GPU, GiB ({extra})",
         f"{'stage':<22}{'weights':>9}{'grads':>9}"
         + (f"{'buckets':>9}" if with_buckets else "")
-        + f"{'optimizer':>11}{'activ.':>8}{'total':>9}  fits?",
+        + f"{'optimizer':>11}{'activ.':>8}"
+        + (f"{'units':>8}" if with_units else "")
+        + f"{'total':>9}  fits?",
     ]
     for r in rows:
         out.append(
             f"{r.name:<22}{r.weights / GIB:>9.1f}{r.grads / GIB:>9.1f}"
             + (f"{r.buckets / GIB:>9.1f}" if with_buckets else "")
-            + f"{r.optimizer / GIB:>11.1f}{r.activations / GIB:>8.1f}{r.total / GIB:>9.1f}  "
+            + f"{r.optimizer / GIB:>11.1f}{r.activations / GIB:>8.1f}"
+            + (f"{r.units / GIB:>8.1f}" if with_units else "")
+            + f"{r.total / GIB:>9.1f}  "
             + ("yes" if r.fits else "NO")
         )
     if precision:

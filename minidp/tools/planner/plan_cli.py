@@ -6,6 +6,8 @@
 
 * ``--shard-size S`` adds an HSDP row: FSDP within each group of ``S`` GPUs (usually one
   node's), replicated across the ``gpus / S`` groups — FSDP's bytes with ``N = S``.
+* For a ``--model`` preset the FSDP and HSDP rows also count the units FSDP gathers while a
+  step runs (``units.py``: the root, two layers, gradients and reduce-scatter copies).
 * Activations, two ways, never both: ``--activations-gib`` (a figure you measured), or
   ``--seq`` (with ``--micro-batch``, ``--checkpointing``, ``--attention``): the estimate of
   ``activations.py`` (Korthikanti et al.) for the ``--model`` preset's layer shape
@@ -27,14 +29,17 @@ from collections.abc import Callable
 
 from minidp.tools.planner.activations import CHECKPOINTING, Activations, logits_bytes, stack_bytes
 from minidp.tools.planner.plan import (
+    GIB,
     LAYERS,
     MODELS,
     MOMENTS,
     PRECISIONS,
+    Row,
     format_plan,
     optimizer_k,
     plan,
 )
+from minidp.tools.planner.units import units
 
 ATTENTION = ("flash", "eager")  # a fused kernel (no s x s scores kept), or softmax's output kept
 
@@ -227,10 +232,18 @@ def _activations(args) -> tuple[float, str]:
     return (est.peak + logits) / 2**30, line
 
 
-def main(argv: list[str] | None = None) -> int:
+def planned(argv: list[str]) -> tuple[list[Row], str]:
+    """The rows ``minidp memory ARGV`` plans and the text it prints (argparse exits with
+    status 2 on bad input, as the command does)."""
     parser = _parser()
     args = parser.parse_args(argv)
     params = MODELS[args.model] if args.model else args.params
+    units_gib = 0.0
+    units_line = "FSDP's gathered units are not counted: they need a --model preset's layer shape."
+    if args.model in LAYERS:
+        u = units(args.model, args.precision, args.trainable)
+        units_gib = u.peak / GIB
+        units_line = f"FSDP's units (the paper's formulas leave them out): {u.describe()}."
     try:
         activations_gib, line = _activations(args)
         rows = plan(
@@ -243,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             activations_gib,
             args.ddp_buckets,
             args.shard_size,
+            units_gib,
         )
     except ValueError as e:
         parser.error(str(e))
@@ -251,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     extra = f"{args.precision}, {args.optimizer}: {p}+{g}+{k} bytes/param"
     if args.trainable < 1:
         extra += f", {args.trainable:g} trainable"
-    print(format_plan(rows, params, args.gpus, args.model or "model", extra, args.precision))
-    if line:
-        print(line)
+    table = format_plan(rows, params, args.gpus, args.model or "model", extra, args.precision)
+    return rows, "\n".join(t for t in (table, units_line, line) if t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    print(planned(argv)[1])
     return 0
