@@ -204,3 +204,23 @@ def rank0_assignment(assignment: list[list[int]], n_params: int, group) -> list[
         out.append(flat[start : start + size])
         start += size
     return out
+
+
+def broadcast_coalesced(tensors: list[torch.Tensor], group, src: int = 0) -> None:
+    """Broadcast ``tensors`` from group rank ``src``: one flat message per dtype, not one per
+    tensor (DDP's start-up state and its buffers before each forward)."""
+    if group.size() == 1:
+        return
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    with torch.no_grad():
+        for same in by_dtype.values():
+            flat = torch.cat([t.reshape(-1) for t in same])  # (sum numel,) rank-local
+            broadcast(flat, group=group, group_src=src)
+            if group.rank() == src:
+                continue  # the source already holds these values
+            offset = 0
+            for t in same:
+                t.copy_(flat[offset : offset + t.numel()].view(t.shape))
+                offset += t.numel()

@@ -5,10 +5,13 @@
 
 Construction checks that the ranks' models match (``checks.py``) and broadcasts rank 0's
 state; each forward broadcasts buffers and arms the reducer (``reducer.py``); ``Join``
-works (``join.py``). Parameters match torch's DDP on gloo bit for bit. The book's DDP in
-one screen: ``minidp/textbook/ddp.py``.
+works (``join.py``); ``torch.save(model)`` and ``copy.deepcopy`` work as on torch's (over
+the default group); ``_get_ddp_logging_data()`` reports as torch's (``logger.py``);
+``torch.compile(model)`` compiles the module and leaves the bookkeeping eager. Parameters
+match torch's DDP on gloo bit for bit. The book's DDP in one screen:
+``minidp/textbook/ddp.py``.
 
-Test: ``pytest tests/test_ddp.py``; watch: ``python -m minidp demo ddp``
+Test: ``pytest tests/test_ddp.py tests/test_ddp_save.py``; watch: ``python -m minidp demo ddp``
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 import torch
+import torch.distributed as dist
 from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
 from minidp import trace
-from minidp.comm import broadcast
 from minidp.comm import group as groups
 from minidp.ddp import arguments, checks
-from minidp.ddp.buckets import BucketCaps, bucket_of_params
+from minidp.ddp.buckets import BucketCaps, broadcast_coalesced, bucket_of_params
 from minidp.ddp.join import DDPJoinHook, announce_sync, common_rank
+from minidp.ddp.logger import Logger
 from minidp.ddp.reducer import Reducer
 
 ALGORITHMS = ("auto", "ring", "naive")
@@ -98,18 +102,10 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         self.require_backward_grad_sync = True  # False inside no_sync()
         self.require_forward_param_sync = True  # did the last forward arm a sync?
         self._divide_by_initial_world_size = True  # set by a join hook
-        params, names = checks.trainable_parameters(module)
-        self.reducer = Reducer(
-            params,
-            names,
-            self.process_group,
-            caps,
-            find_unused_parameters,
-            gradient_as_bucket_view,
-            algorithm,
-            overlap,
-        )
+        self._caps, self._algorithm, self._overlap = caps, algorithm, overlap
+        self._build_reducer()
         if init_sync:
+            params, names = self.reducer.params, self.reducer.names
             bucket_of = bucket_of_params(self.reducer.assignment, len(params))
             buffers = list(module.named_buffers()) if self.forward_sync_buffers else None
             options = {
@@ -122,8 +118,52 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
                 states += [b.detach() for b in module.buffers()]
             self._broadcast_coalesced(states)
         self.reducer.install()
-        self._comm_hook_set = False
-        checks.mark_wrapped(module, self)
+
+    def _build_reducer(self) -> None:
+        """The reducer and the logger (at construction, and again after unpickling)."""
+        params, names = checks.trainable_parameters(self.module)
+        self.reducer = Reducer(
+            params,
+            names,
+            self.process_group,
+            self._caps,
+            self.find_unused_parameters,
+            self.gradient_as_bucket_view,
+            self._algorithm,
+            self._overlap,
+        )
+        self.logger = Logger(self, params, self.reducer.bucket_bytes())
+        self.reducer.logger = self.logger
+        checks.mark_wrapped(self.module, self)
+
+    def __getstate__(self) -> dict:
+        """Pickle (``torch.save(ddp)``, ``copy.deepcopy``) without the group and the reducer,
+        as torch's: only a DDP over the default group, which unpickling takes again."""
+        if self.process_group is not _default_group():
+            raise self.logger.error(
+                RuntimeError,
+                "DDP Pickling/Unpickling are only supported when using DDP with the default "
+                "process group. That is, when you have called init_process_group and have not "
+                "passed process_group argument to DDP constructor. Hint: save the module's "
+                "state_dict() (ddp.module.state_dict()) instead",
+            )
+        state = dict(self.__dict__)
+        for live in ("process_group", "reducer", "logger"):  # threads, hooks, the group
+            del state[live]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """A loaded DDP: the default group, a fresh reducer (no broadcast: torch's neither)."""
+        state["process_group"] = _default_group()
+        if state["process_group"] is None:
+            raise RuntimeError(
+                "DistributedDataParallel: loading a pickled DDP needs the default process "
+                "group, and there is none. Hint: call torch.distributed.init_process_group(...) "
+                "before torch.load"
+            )
+        super().__setstate__(state)
+        self._build_reducer()  # without a comm hook: torch's loaded DDP has none either
+        self.reducer.install()
 
     @property
     def broadcast_buffers(self) -> bool:
@@ -135,11 +175,26 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         self.forward_sync_buffers = value
 
     def forward(self, *inputs, **kwargs):
+        # torch.compile(ddp) compiles the module's forward; the bookkeeping around it (Join,
+        # buffer broadcasts, arming the reducer) stays eager, as around torch's DDP
+        inputs, kwargs = self._pre_forward(inputs, kwargs)
+        if trace.active:
+            with trace.span("forward", lane="compute"):
+                output = self.module(*inputs, **kwargs)
+        else:
+            output = self.module(*inputs, **kwargs)
+        self._post_forward(output)
+        return output
+
+    @torch.compiler.disable
+    def _pre_forward(self, inputs: tuple, kwargs: dict) -> tuple[tuple, dict]:
         grad_enabled = torch.is_grad_enabled()
         # Under Join: "I am still training"; the count of such ranks may be the divisor
         work = Join.notify_join_context(self)
         if work is not None and not self._divide_by_initial_world_size:
             self.reducer.div_factor = int(work.get_future().wait()[0].item())
+        if grad_enabled and self.require_backward_grad_sync:
+            self.logger.next_iteration(self.reducer)  # log the last one if it was timed
         if grad_enabled:
             self.reducer.prepare_for_forward()  # raises if the last backward never finished
         joining = self._join_config.enable
@@ -151,15 +206,16 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         if self.device_ids:
             device = torch.device(self.device.type, self.device_ids[0])
             inputs, kwargs = arguments.to_device((inputs, kwargs), device)
-        with trace.span("forward", lane="compute"):
-            output = self.module(*inputs, **kwargs)
+        return inputs, kwargs
+
+    @torch.compiler.disable
+    def _post_forward(self, output) -> None:
         # This forward decides if the next backward syncs: under no_sync(), run it inside too
-        if grad_enabled and self.require_backward_grad_sync:
+        if torch.is_grad_enabled() and self.require_backward_grad_sync:
             self.require_forward_param_sync = True
             self.reducer.prepare_for_backward(output)
         else:
             self.require_forward_param_sync = False
-        return output
 
     def join(
         self,
@@ -204,15 +260,34 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         """Reduce each bucket with ``hook(state, bucket) -> Future[Tensor]`` (once; hooks.py)."""
         if not callable(hook):
             raise TypeError(f"register_comm_hook: hook must be callable, got {hook!r}")
-        if self._comm_hook_set:
+        if self.reducer.comm_hook is not None:
             raise RuntimeError(
                 "register_comm_hook: a communication hook is already registered — expected "
                 "at most one per DDP. Hint: combine them into one hook"
             )
         if self.reducer.expect_hooks and self.reducer.ready:
             raise RuntimeError("register_comm_hook: cannot change the hook during a backward")
-        self._comm_hook_set = True
+        self.logger.data["comm_hook"] = hook.__qualname__
         self.reducer.comm_hook, self.reducer.comm_state = hook, state
+
+    def _set_static_graph(self) -> None:
+        """torch's private switch to ``static_graph=True``: refused like the argument, and
+        after training has begun in torch's words."""
+        if self.logger.iterations:
+            raise self.logger.error(
+                RuntimeError,
+                "set_static_graph() should be called before training loop starts and after "
+                "DistributedDataParallel is constructed.",
+            )
+        arguments.check_static_graph(True)
+
+    def _get_ddp_logging_data(self) -> dict:
+        """torch's dict of this DDP's configuration, buckets and timings (``logger.py``)."""
+        return dict(self.logger.data)
+
+    def _set_ddp_runtime_logging_sample_rate(self, sample_rate: int) -> None:
+        """Time every ``sample_rate``-th iteration after the first 10 (torch's default: 100)."""
+        self.logger.set_sample_rate(sample_rate)
 
     def _will_sync_buffers(self) -> bool:
         """Buffers are broadcast before this forward (torch's ``will_sync_module_buffers``)."""
@@ -230,20 +305,9 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         self._broadcast_coalesced([b.detach() for b in self._buffers_list()], src)
 
     def _broadcast_coalesced(self, tensors: list[torch.Tensor], src: int = 0) -> None:
-        """Broadcast from ``src``, one flat message per dtype instead of one per tensor."""
-        if self.process_group.size() == 1:
-            return
-        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-        for t in tensors:
-            by_dtype.setdefault(t.dtype, []).append(t)
-        rank = self.process_group.rank()
-        with torch.no_grad():
-            for group in by_dtype.values():
-                flat = torch.cat([t.reshape(-1) for t in group])  # (sum numel,) rank-local
-                broadcast(flat, group=self.process_group, group_src=src)
-                if rank == src:
-                    continue  # the source already holds these values
-                offset = 0
-                for t in group:
-                    t.copy_(flat[offset : offset + t.numel()].view(t.shape))
-                    offset += t.numel()
+        broadcast_coalesced(tensors, self.process_group, src)
+
+
+def _default_group():
+    """The group ``init_process_group`` made (None without one, or in a thread world)."""
+    return dist.group.WORLD if dist.is_initialized() else None

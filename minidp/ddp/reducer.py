@@ -53,6 +53,8 @@ class Reducer:
         self.locator: list[tuple[int, int]] = []
         self.has_rebuilt = False
         self.ready_order: list[int] = []  # param indices in gradient-ready order (iter 1)
+        self.last_ready_order: list[int] = []  # the same for the last backward (logged)
+        self.logger = None  # the DDP's Logger: stamps this iteration's events
         self.expect_hooks = False  # armed by a synchronized forward
         self.require_finalize = False  # some gradient was marked, finalize not reached yet
         self.ready: set[int] = set()
@@ -90,16 +92,24 @@ class Reducer:
                             view.copy_(p.grad)
                             p.grad = view
 
+    def bucket_bytes(self) -> list[int]:
+        """Each bucket's size in bytes, in launch order."""
+        return [
+            sum(self.params[i].numel() * self.params[i].element_size() for i in b)
+            for b in self.assignment
+        ]
+
     # ---- forward side ---------------------------------------------------------------
 
     def prepare_for_forward(self) -> None:
         """At every grad-enabled forward: check the last backward finished; rebuild once."""
         if self.require_finalize:
             missing = [i for i in range(len(self.params)) if i not in self.ready]
-            raise RuntimeError(
+            raise self.logger.error(
+                RuntimeError,
                 unfinished_reduction_message(
                     self.group.rank(), missing, self.names, self.find_unused
-                )
+                ),
             )
         if not self.find_unused and not self.has_rebuilt and self.ready_order:
             self._rebuild()
@@ -108,6 +118,8 @@ class Reducer:
         """Arm the hooks for the coming backward (a synchronized forward just ran)."""
         self.expect_hooks = True
         self.ready.clear()
+        self.last_ready_order = []
+        self.logger.stamp("backward_compute_start")
         self.used_future = None
         self.queue.start([len(b.params) for b in self.buckets], hold=not self.overlap)
         if trace.active:  # which grads go into which bucket
@@ -161,12 +173,14 @@ class Reducer:
             )
         if not self.find_unused and not self.has_rebuilt:
             self.ready_order.append(index)
+        self.last_ready_order.append(index)
         self.ready.add(index)
         self.require_finalize = True
         b, pos = self.locator[index]
         self._copy_in(self.buckets[b], pos)
         self.queue.ready(b)
         if self.queue.all_launched:
+            self.logger.stamp("backward_compute_end")
             if self.find_unused:  # which parameters did any rank use? (the rest keep .grad)
                 self.used_future = self.comm.submit(self._reduce_used, self.local_used.clone())
             self._finalize()
@@ -192,6 +206,7 @@ class Reducer:
     def _launch(self, b: int):
         """Bucket ``b`` goes (in index order, see ``LaunchQueue``): its all-reduce."""
         bucket = self.buckets[b]
+        self.logger.stamp("backward_comm_start", first_only=True)
         if trace.active:
             trace.instant("bucket launch", lane="comm", bucket=b, bytes=bucket.nbytes)
         return lambda: self._reduce(bucket)
@@ -232,6 +247,7 @@ class Reducer:
         with trace.span("wait for buckets", lane="backward"):
             results = self.queue.wait()  # re-raises comm-thread errors
             used = self.used_future.result() if self.used_future is not None else None
+        self.logger.stamp("backward_comm_end")
         with torch.no_grad():
             for bucket, result in zip(self.buckets, results):
                 self._write_back(bucket, bucket.views_of(result), used)
