@@ -125,7 +125,8 @@ print(f"state_dict keys get a prefix: {list(dp.state_dict())[:2]} ...")
 # parameter server's sum written out. This is minidp's own code (`inspect.getsource`):
 
 # %%
-shown = inspect.getsource(textbook.data_parallel_step)
+shown = inspect.getsource(textbook.parallel_apply)  # its threads, then the step
+shown += "\n\n" + inspect.getsource(textbook.data_parallel_step)
 print(shown)
 
 # %% [markdown]
@@ -196,7 +197,7 @@ kit.check(
 )
 kit.check("torch.nn.DataParallel (CPU: plain module) vs one device", official, single)
 kit.check_true(
-    "the step shown in section 5 is minidp.textbook.dp's own function, not a copy",
+    "the step shown in section 5 is minidp.textbook.dp's own functions, not a copy",
     textbook.data_parallel_step.__module__ == "minidp.textbook.dp"
     and shown in inspect.getsource(textbook),
 )

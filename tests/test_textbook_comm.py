@@ -5,8 +5,7 @@ copies (all_gather, broadcast), integers, max/min, and world 2 (one addition per
 element). Float sums from world 3 on are compared, also with ``torch.equal``, against the
 reduction computed from every rank's input in the textbook's own order
 (``x[c] + (x[c+1] + (... + x[c-1]))`` per chunk c, gloo's association), since gloo cuts
-chunks elsewhere — and against the engine's ``ring_all_reduce(layout="textbook")``,
-``reduce_scatter`` and ``all_gather``: one ring, one direction, the same bits.
+chunks elsewhere.
 
 Run: ``pytest tests/test_textbook_comm.py``
 """
@@ -240,37 +239,3 @@ def test_lessons_show_the_real_textbook_source_not_a_copy(monkeypatch):
         for fn in ("ring_all_reduce", "all_gather", "broadcast", "_exchange", "naive_all_reduce"):
             assert f"def {fn}(" not in text, f"{name} copies {fn} instead of printing it"
         assert "inspect.getsource" in text
-
-
-def book_and_engine(rank: int, world: int, numel: int, op: str) -> dict:
-    """The book's ring, reduce-scatter and all-gather next to the engine's, same inputs."""
-    from minidp import comm
-
-    g = torch.Generator().manual_seed(31 * numel + rank)
-    x = torch.randn(numel, generator=g)
-    book, engine = textbook.ring_all_reduce(x.clone(), op), x.clone()
-    comm.ring_all_reduce(engine, op, layout="textbook")
-    pieces = list((x * (rank + 1)).tensor_split(world)) if numel % world == 0 else None
-    out = {"ring": (book, engine)}
-    if pieces is not None:
-        mine, theirs = torch.empty_like(pieces[0]), torch.empty_like(pieces[0])
-        textbook.reduce_scatter(mine, pieces, op)
-        comm.reduce_scatter(theirs, pieces, op)
-        out["reduce_scatter"] = (mine, theirs)
-    rows = [torch.empty_like(x) for _ in range(world)]
-    engine_rows = [torch.empty_like(x) for _ in range(world)]
-    textbook.all_gather(rows, x)
-    comm.all_gather(engine_rows, x)
-    out["all_gather"] = (torch.stack(rows), torch.stack(engine_rows))
-    return out
-
-
-@pytest.mark.parametrize("world, numel", [(2, 6), (3, 9), (4, 13), (5, 40)])
-@pytest.mark.parametrize("op", ["sum", "avg", "max"])
-def test_the_book_ring_is_the_engines_textbook_ring_bit_for_bit(world, numel, op):
-    """One ring, one direction: what the demo, the classroom and the engine's
-    ``layout="textbook"`` run is what the book prints (float sums from 3 ranks on differ
-    in the last bit if the direction or the chunk order differ)."""
-    for rank, result in enumerate(run_threads(book_and_engine, world, numel, op)):
-        for what, (book, engine) in result.items():
-            assert torch.equal(book, engine), f"rank {rank} {what}: the book's ring differs"

@@ -9,8 +9,9 @@ Run: ``pytest tests/test_textbook_dp_ddp.py``
 * ``minidp.textbook.ddp.DistributedDataParallel`` in real gloo processes: world 2,
   ``torch.equal`` with ``torch.nn.parallel.DistributedDataParallel`` after every step
   (each element's sum is one addition, so bucket layouts cannot matter); world 3,
-  ``torch.equal`` with gloo's own ``all_reduce`` of the textbook's buckets, and
-  ``assert_close`` with torch DDP (other buckets, so another summation order).
+  ``torch.equal`` with the textbook's buckets gathered by torch's ``all_gather`` and summed
+  in the book ring's order, and ``assert_close`` with torch DDP (other buckets and chunks,
+  so another summation order).
 * ``minidp.textbook.sampler.DistributedSampler``: the exact indices of torch's.
 """
 
@@ -30,6 +31,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_ddp_support import MLP, _diffs
 from test_dp_models import loss_of, make_case, per_chunk_reference
+from test_textbook_comm import textbook_order
 from torch import nn
 
 import minidp
@@ -108,7 +110,8 @@ def _local_batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def textbook_vs_torch(rank: int, world: int, steps: int = 3, cap_mb: float = 0.0005) -> dict:
-    """Train the same seeded MLP through torch DDP, the textbook DDP and a gloo reference."""
+    """Train the same seeded MLP through torch DDP, the textbook DDP and a reference: the
+    textbook's buckets gathered with torch's all_gather, summed in the book ring's order."""
     torch.manual_seed(100 + rank)  # different weights on every rank: the broadcast matters
     mine_model = MLP()
     theirs_model = copy.deepcopy(mine_model)
@@ -120,7 +123,7 @@ def textbook_vs_torch(rank: int, world: int, steps: int = 3, cap_mb: float = 0.0
     index = {p: i for i, p in enumerate(mine_model.parameters())}
     layout = [[index[p] for p in b] for b in mine.buckets]
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (mine, theirs, ref)]
-    out = {"vs_torch": [], "vs_gloo": [], "max_diff": 0.0, "layout": layout}
+    out = {"vs_torch": [], "vs_ring": [], "max_diff": 0.0, "layout": layout}
     for step in range(steps):
         x, y = _local_batch(rank, step)
         for opt in opts:
@@ -129,14 +132,16 @@ def textbook_vs_torch(rank: int, world: int, steps: int = 3, cap_mb: float = 0.0
         F.mse_loss(theirs(x), y).backward()
         F.mse_loss(ref(x), y).backward()
         params = list(ref.parameters())
-        for bucket in layout:  # gloo's own all-reduce of the textbook's flat buckets
+        for bucket in layout:  # every rank's flat bucket, summed in the ring's order
             flat = torch.cat([params[i].grad.reshape(-1) * (1.0 / world) for i in bucket])
-            dist.all_reduce(flat)
+            everyone = [torch.empty_like(flat) for _ in range(world)]
+            dist.all_gather(everyone, flat)
+            flat = textbook_order(everyone, "sum")
             for i in bucket:
                 params[i].grad.copy_(flat[: params[i].numel()].view_as(params[i]))
                 flat = flat[params[i].numel() :]
         out["vs_torch"] += _diffs(step, theirs_model, mine_model)
-        out["vs_gloo"] += _diffs(step, ref, mine_model)
+        out["vs_ring"] += _diffs(step, ref, mine_model)
         for a, b in zip(theirs_model.parameters(), mine_model.parameters()):
             out["max_diff"] = max(out["max_diff"], (a.grad - b.grad).abs().max().item())
         for opt in opts:
@@ -145,11 +150,11 @@ def textbook_vs_torch(rank: int, world: int, steps: int = 3, cap_mb: float = 0.0
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_textbook_ddp_against_torch_ddp_and_gloo(process_world, world_size):
+def test_textbook_ddp_against_torch_ddp_and_the_rings_order(process_world, world_size):
     for rank, res in enumerate(process_world(world_size).run(textbook_vs_torch)):
         assert len(res["layout"]) >= 3, res["layout"]  # several buckets, last layer first
         assert res["layout"][0] == [5, 4], res["layout"]
-        assert res["vs_gloo"] == [], f"rank {rank}: textbook vs gloo on its buckets"
+        assert res["vs_ring"] == [], f"rank {rank}: textbook vs its buckets in the ring's order"
         if world_size == 2:  # one addition per element: any layout gives the same bits
             assert res["vs_torch"] == [], f"rank {rank}: textbook vs torch DDP"
         else:  # torch's buckets differ, so the ring adds in another order: rounding only
@@ -242,7 +247,10 @@ def test_textbook_sampler_bad_rank():
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 SHOWING = {  # lesson -> textbook objects it prints with inspect.getsource
     "02_scatter_gather.py": {"minidp.textbook.dp.data_parallel_step"},
-    "03_data_parallel.py": {"minidp.textbook.dp.data_parallel_step"},
+    "03_data_parallel.py": {
+        "minidp.textbook.dp.parallel_apply",
+        "minidp.textbook.dp.data_parallel_step",
+    },
     "10_ddp_from_scratch.py": {"minidp.textbook.ddp.DistributedDataParallel"},
     "11_buckets_overlap.py": {
         "minidp.textbook.ddp.make_buckets",

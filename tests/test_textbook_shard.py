@@ -22,8 +22,9 @@ from helpers import FSDP2_UNUSABLE
 from torch import nn
 
 from minidp.textbook.collectives import reduce_scatter
-from minidp.textbook.fsdp import FSDP, pieces
+from minidp.textbook.fsdp import FSDP
 from minidp.textbook.hsdp import HSDP
+from minidp.textbook.zero import pieces
 
 pytestmark = pytest.mark.skipif(FSDP2_UNUSABLE is not None, reason=str(FSDP2_UNUSABLE))
 

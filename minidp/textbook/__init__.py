@@ -1,7 +1,8 @@
 """The book: each idea of data parallelism as one short page, read in order.
 
 Every page is the smallest version that is still right, built from send/recv and the
-pages before it, and says what the engine (the torch-faithful packages beside this one)
+pages before it (its collectives are ``collectives.py``'s, its padding rule the ZeRO
+page's), and ends by saying what the engine (the torch-faithful packages beside this one)
 adds; the engine's docstrings say what they add to the page. The lessons print these
 pages from here; the exercises ask you to write them; the demo and the classroom run the
 same ring.
@@ -16,6 +17,6 @@ same ring.
    reduce-scattered after backward (``fully_shard``'s layout);
 7. ``hsdp.py`` — HSDP: the FSDP page within a node, one all-reduce across nodes.
 
-Test: ``pytest tests/test_textbook_comm.py tests/test_textbook_dp_ddp.py
-tests/test_textbook_shard.py``
+Test: ``pytest tests/test_textbook_pages.py tests/test_textbook_comm.py
+tests/test_textbook_dp_ddp.py tests/test_textbook_shard.py``
 """

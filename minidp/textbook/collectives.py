@@ -8,27 +8,9 @@ ring_all_reduce`` (and ``naive_all_reduce``, ``all_gather``, ``reduce_scatter``,
 Every function here uses plain blocking ``send``/``recv`` from minidp's point-to-point
 layer (``comm/p2p.py``) plus one ``isend`` per step, so neighbours can send and receive at
 the same time. The ring runs to the *left*, as gloo's does: rank r sends to ``r-1`` and
-receives from ``r+1`` — the one direction of every ring in minidp (the engine's, the demo's,
-the classroom's), so the engine's ``ring_all_reduce(layout="textbook")`` is this page's
-ring, bit for bit.
-
-What the faithful versions (``ring.py``, ``collectives.py``) add, and why they exist:
-
-* **gloo's chunk layout and order** — ``ring.ring_all_reduce`` cuts the tensor where gloo
-  does (multiples of gloo's segment) and adds in gloo's association order, so its result
-  is bit-for-bit ``torch.distributed.all_reduce``. The textbook ring cuts ``world``
-  near-equal chunks (``tensor_split``), so float sums agree with gloo only to rounding.
-* **pipelined segments** — the faithful ring sends each chunk as several messages and
-  forwards each one the moment it is summed, so sending overlaps adding; here a whole
-  chunk is received before it is added and passed on.
-* **windowing** — receives are posted a few segments ahead into reused buffers, so the
-  next message is already arriving while this one is added.
-* **the cross-rank agreement check** (``agree.py``) — every faithful collective first
-  checks that all ranks called the same collective with the same numel, dtype and op,
-  and raises the same ``MismatchError`` on every rank. Here mismatched calls pair up
-  wrongly: a ``CollectiveTimeout``, garbage, or — when a rank receives a longer message
-  than its buffer — gloo aborting the whole process. Only local mistakes (an unknown op,
-  an unsupported dtype, a wrong list length, src out of range) raise clear errors here.
+receives from ``r+1`` — the one direction of every ring in minidp: the engine's, and this
+one, which the demo (``python -m minidp demo ring``) and the classroom run. The later
+pages (DDP, ZeRO, FSDP, HSDP) communicate through these functions only.
 """
 
 from __future__ import annotations
@@ -196,3 +178,22 @@ def broadcast(tensor: torch.Tensor, src: int = 0, group=None) -> torch.Tensor:
     if flat.data_ptr() != tensor.data_ptr():
         tensor.copy_(flat.view(tensor.shape))
     return tensor
+
+
+# What the engine adds (``minidp.comm``: ``ring.py``, ``collectives.py``, ``agree.py``):
+#
+# * **gloo's chunk layout and order** — ``ring.ring_all_reduce`` cuts the tensor where gloo
+#   does (multiples of gloo's segment) and adds in gloo's association order, so its result
+#   is bit-for-bit ``torch.distributed.all_reduce``. The ring above cuts ``world``
+#   near-equal chunks (``tensor_split``), so float sums agree with gloo only to rounding.
+# * **pipelined segments** — each chunk goes as several messages, each forwarded the moment
+#   it is summed, so sending overlaps adding; above, a whole chunk is received before it is
+#   added and passed on.
+# * **windowing** — receives are posted a few segments ahead into reused buffers, so the
+#   next message is already arriving while this one is added.
+# * **the cross-rank agreement check** — every engine collective first checks that all
+#   ranks called the same collective with the same numel, dtype and op, and raises the same
+#   ``MismatchError`` on every rank. Above, mismatched calls pair up wrongly: a
+#   ``CollectiveTimeout``, garbage, or — when a rank receives a longer message than its
+#   buffer — gloo aborting the whole process. Only local mistakes (an unknown op, an
+#   unsupported dtype, a wrong list length, src out of range) raise clear errors here.

@@ -13,16 +13,11 @@ Why this exists: the faithful :class:`minidp.DistributedDataParallel` (``distrib
 4. **wait at the end of backward**: the last hook waits for every bucket and copies the
    averages back into ``.grad``; the optimizer then steps on identical numbers everywhere.
 
-What the faithful version adds (lesson 11): torch's exact bucket layout (one bucket for
-the first iteration, then *rebuilt* in the order gradients really became ready, a small
-first bucket, per-dtype buckets, rank 0's layout broadcast), which is what makes it bit
-for bit torch's at any world size; ``no_sync``; ``find_unused_parameters``; buffers
-broadcast every forward; ``gradient_as_bucket_view``; comm hooks; ``join``; and checks
-that turn a desynchronised model or a double backward into an error instead of a hang.
-
-With 2 ranks every element's sum is one addition, so the layout cannot change the bits
-and this equals ``torch.nn.parallel.DistributedDataParallel`` exactly; from 3 ranks on it
-equals gloo's all-reduce of *its own* buckets exactly, and torch DDP up to rounding.
+The broadcast and the all-reduces are the book's (``collectives.py``: a tree broadcast, the
+ring). With 2 ranks every element's sum is one addition, so neither the bucket layout nor
+the ring's chunks can change the bits: this equals
+``torch.nn.parallel.DistributedDataParallel`` exactly. From 3 ranks on it equals the ring's
+own order of summation on its buckets exactly, and torch DDP up to rounding.
 
 Test: ``pytest tests/test_textbook_dp_ddp.py -k ddp``
 """
@@ -34,8 +29,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 from torch import nn
 
-from minidp.comm import all_reduce, broadcast
 from minidp.comm import group as groups
+from minidp.textbook.collectives import broadcast, ring_all_reduce
 
 
 def make_buckets(params: list[nn.Parameter], cap_bytes: int) -> list[list[nn.Parameter]]:
@@ -73,7 +68,7 @@ class DistributedDataParallel(nn.Module):
         self.group = groups.resolve(group)
         self.world_size = self.group.size()
         for t in [*module.parameters(), *module.buffers()]:  # 1. same start everywhere
-            broadcast(t.data, group=self.group, group_src=0)
+            broadcast(t.data, 0, self.group)
         self.buckets = make_buckets(params, int(bucket_cap_mb * 2**20))  # 2. buckets
         self.bucket_of = {p: b for b, bucket in enumerate(self.buckets) for p in bucket}
         for p in params:  # 3. one hook per parameter, after its .grad is accumulated
@@ -106,7 +101,7 @@ class DistributedDataParallel(nn.Module):
             bucket = self.buckets[len(self.futures)]
             # Scale while packing, like torch: sum(g * (1/W)), not sum(g) / W.
             flat = torch.cat([p.grad.reshape(-1) * (1.0 / self.world_size) for p in bucket])
-            self.futures.append(self.comm.submit(all_reduce, flat, "sum", self.group))
+            self.futures.append(self.comm.submit(ring_all_reduce, flat, "sum", self.group))
         if len(self.futures) == len(self.buckets):
             self._finish()  # 4. the last gradient is in: wait for all buckets
 
@@ -118,3 +113,12 @@ class DistributedDataParallel(nn.Module):
                 p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()
         self.pending = []  # this step is done; the next forward arms the hooks again
+
+
+# What the engine adds (``minidp.DistributedDataParallel``, lesson 11): torch's exact bucket
+# layout (one bucket for the first iteration, then *rebuilt* in the order gradients really
+# became ready, a small first bucket, per-dtype buckets, rank 0's layout broadcast) and the
+# engine's collectives in gloo's order, which together make it bit for bit torch's at any
+# world size; ``no_sync``; ``find_unused_parameters``; buffers broadcast every forward;
+# ``gradient_as_bucket_view``; comm hooks; ``join``; the hooks removed with the wrapper; and
+# checks that turn a desynchronised model or a double backward into an error, not a hang.

@@ -3,19 +3,8 @@
 Why this exists: the faithful :class:`minidp.DataParallel` is four files (``scatter.py``,
 ``replicate.py``, ``parallel_apply.py``, ``gather.py``) because it handles every input
 structure and hides itself inside ``forward``. The *idea* fits on one screen: read
-:func:`data_parallel_step` top to bottom, then lesson 3 shows what the faithful one adds.
-
-What :class:`minidp.DataParallel` does that this does not:
-
-* it is a module: the step is split across ``forward`` and the caller's ``backward``, so
-  replicate is a differentiable broadcast (``replicate.Broadcast``) whose backward *is*
-  the sum below — here the sum is written out after ``loss.backward()``;
-* replicas are shallow copies sharing everything but the tensors, and replica 0 *is* the
-  model (here: ``copy.deepcopy`` per device, and replica 0's buffers are copied back);
-* inputs of any structure (tuples, dicts, namedtuples, kwargs), outputs of any structure;
-* the caller's grad mode, autocast and CUDA stream carried into each thread, a failing
-  replica re-raised with its index and device, checks that the model sits on
-  ``device_ids[0]``.
+:func:`data_parallel_step` top to bottom (its threads: :func:`parallel_apply`), then
+lesson 3 shows what the faithful one adds.
 
 Both give the same bits: the output is ``cat([model(c) for c in x.chunk(n)])`` and each
 gradient is the per-replica gradients summed on the main device in device order,
@@ -32,6 +21,26 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
+
+
+def parallel_apply(replicas: list[nn.Module], chunks: list[torch.Tensor]) -> list:
+    """``replicas[i](chunks[i])`` for every i, one thread each; a replica's error is raised."""
+    outputs, errors = [None] * len(replicas), []
+
+    def run(i: int) -> None:
+        try:
+            outputs[i] = replicas[i](chunks[i])
+        except Exception as exc:  # a thread's exception would vanish: hand it over
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(replicas))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return outputs
 
 
 def data_parallel_step(
@@ -62,21 +71,7 @@ def data_parallel_step(
     for r in replicas:
         r.zero_grad(set_to_none=True)
     # 3. parallel_apply: replica i runs on chunk i, one thread each (one process).
-    outputs, errors = [None] * len(used), []
-
-    def run(i: int) -> None:
-        try:
-            outputs[i] = replicas[i](chunks[i])
-        except Exception as exc:  # a thread's exception would vanish: hand it over
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(used))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    outputs = parallel_apply(replicas, chunks)
     # 4. gather: the outputs, concatenated on the main device; the loss is computed there.
     output = torch.cat([o.to(used[0]) for o in outputs])  # (B, ...)
     loss = loss_fn(output, targets.to(used[0]))
@@ -94,3 +89,16 @@ def data_parallel_step(
         for b, b0 in zip(model.buffers(), replicas[0].buffers()):
             b.copy_(b0)  # replica 0 IS the model in torch: its BatchNorm stats persist
     return output, loss
+
+
+# What the engine adds (:class:`minidp.DataParallel`, lesson 3):
+#
+# * it is a module: the step is split across ``forward`` and the caller's ``backward``, so
+#   replicate is a differentiable broadcast (``replicate.Broadcast``) whose backward *is*
+#   the sum above — here the sum is written out after ``loss.backward()``;
+# * replicas are shallow copies sharing everything but the tensors, and replica 0 *is* the
+#   model (here: ``copy.deepcopy`` per device, and replica 0's buffers are copied back);
+# * inputs of any structure (tuples, dicts, namedtuples, kwargs), outputs of any structure;
+# * the caller's grad mode, autocast and CUDA stream carried into each thread, a failing
+#   replica re-raised with its index and device, checks that the model sits on
+#   ``device_ids[0]``.

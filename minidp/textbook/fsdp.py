@@ -14,34 +14,20 @@ parameters are freed again.
     model.reduce_grads()                             # my rows of the averaged gradient
     opt.step()
 
-What the engine (``minidp.fsdp.fully_shard``) adds: *units* — each block is gathered just
-before its forward and freed right after, gathered again for its backward, so only a block
-or two are ever whole at once (here the whole model is, from forward to ``reduce_grads``);
-prefetching the next unit while this one computes; the reduce-scatter launched during
-backward as each unit's gradients are ready; mixed precision; DTensor parameters that
-torch's own APIs (``clip_grad_norm_``, DCP checkpoints) understand. The collectives are the
-book's (``collectives.py``), built from send/recv.
+The collectives are the book's (``collectives.py``), the padding rule the ZeRO page's
+(``zero.pieces``).
 
 Test: ``pytest tests/test_textbook_shard.py`` (against FSDP2, bit for bit at 2 ranks).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from minidp.comm import group as groups
 from minidp.textbook.collectives import all_gather, reduce_scatter
-
-
-def pieces(t: torch.Tensor, world: int) -> list[torch.Tensor]:
-    """``t`` padded with zero rows to a multiple of ``world`` and cut into ``world`` pieces."""
-    c = math.ceil(t.shape[0] / world)  # rows per rank
-    padded = torch.zeros((c * world, *t.shape[1:]), dtype=t.dtype, device=t.device)
-    padded[: t.shape[0]] = t
-    return list(padded.chunk(world))  # world views, (c, *t.shape[1:]) each
+from minidp.textbook.zero import pieces
 
 
 class FSDP(nn.Module):
@@ -86,3 +72,13 @@ class FSDP(nn.Module):
                 mine = self._reduce(p.grad)
                 shard.grad = mine if shard.grad is None else shard.grad + mine  # accumulate
         self._free()
+
+
+# What the engine adds (``minidp.fsdp.fully_shard``): *units* — each block is gathered just
+# before its forward and freed right after, gathered again for its backward, so only a
+# block or two are ever whole at once (here the whole model is, from forward to
+# ``reduce_grads``); one all-gather per unit for all its pieces; prefetching the next unit
+# while this one computes; the reduce-scatter launched during backward as each unit's
+# gradients are ready; mixed precision; DTensor parameters that torch's own APIs
+# (``clip_grad_norm_``, DCP checkpoints) understand; and the engine's collectives, gloo's
+# order bit for bit at any world size.

@@ -13,9 +13,6 @@ machines: one all-reduce, the only traffic that leaves the node.
     model = HSDP(model, mesh)
     ... as with FSDP: forward, backward, model.reduce_grads(), opt.step()
 
-What the engine (``fully_shard(module, mesh=mesh)``) adds: everything the FSDP page lists,
-and the two collectives overlapped with backward, unit by unit.
-
 Test: ``pytest tests/test_textbook_shard.py -k hsdp`` (against FSDP2's HSDP at 2 x 2).
 """
 
@@ -38,3 +35,7 @@ class HSDP(FSDP):
     def _reduce(self, grad: torch.Tensor) -> torch.Tensor:
         mine = super()._reduce(grad)  # averaged within the row: my rows, 1/S of the gradient
         return ring_all_reduce(mine, "avg", self.replicas)  # ... and across the rows
+
+
+# What the engine adds (``fully_shard(module, mesh=mesh)``): everything the FSDP page
+# lists, and the two collectives overlapped with backward, unit by unit.

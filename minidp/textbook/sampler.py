@@ -7,9 +7,7 @@ written like torch's with its length arithmetic spelled out; this is the idea al
     pad it by repeating its head (or cut it, drop_last) to a multiple of W
     rank r takes order[r], order[r + W], order[r + 2W], ...
 
-What the faithful version adds: ``num_replicas`` / ``rank`` from the current process group
-by default and a check of them, ``len()`` computed without building the list, and the
-arithmetic written the way torch writes it. Both give exactly the indices of
+Both this and the engine's give exactly the indices of
 ``torch.utils.data.DistributedSampler``.
 
 Test: ``pytest tests/test_textbook_dp_ddp.py -k sampler``
@@ -53,3 +51,9 @@ class DistributedSampler(torch.utils.data.Sampler):
     def __len__(self) -> int:
         n = len(self.dataset)
         return n // self.num_replicas if self.drop_last else -(-n // self.num_replicas)
+
+
+# What the engine adds (:class:`minidp.DistributedSampler`, ``minidp/ddp/sampler.py``):
+# ``num_replicas`` / ``rank`` from the current process group by default and a check of
+# them, ``len()`` computed without building the list, and the arithmetic written the way
+# torch writes it.
