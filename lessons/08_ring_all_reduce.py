@@ -154,20 +154,20 @@ if __name__ == "__main__":
 # %% [markdown]
 # ## 3. Bit for bit with gloo
 # Float addition is not associative, so *which* partial sums meet decides the bits.
-# minidp's default `layout="gloo"` cuts chunks and segments exactly as gloo does and adds
-# in gloo's order; the readable `layout="textbook"` (equal chunks) gives the same sum up
-# to rounding, and gloo's bits only where its chunk boundaries happen to coincide.
+# minidp's engine ring (`minidp.comm.ring_all_reduce`) cuts chunks and segments exactly as
+# gloo does and adds in gloo's order; the book's ring above (equal chunks) gives the same
+# sum up to rounding, and gloo's bits only where its chunk boundaries happen to coincide.
 
 
 # %%
 def bits(rank: int, world: int, numel: int) -> dict:
     g = torch.Generator().manual_seed(7 * numel + rank)
     x = torch.randn(numel, generator=g)
-    ours, textbook, theirs = x.clone(), x.clone(), x.clone()
-    minidp.comm.ring_all_reduce(ours)  # layout="gloo"
-    minidp.comm.ring_all_reduce(textbook, layout="textbook")
+    ours, book, theirs = x.clone(), x.clone(), x.clone()
+    minidp.comm.ring_all_reduce(ours)  # the engine's: gloo's layout
+    textbook.ring_all_reduce(book)  # the book's: equal chunks
     dist.all_reduce(theirs, group=groups.resolve())
-    return {"ours": ours, "textbook": textbook, "theirs": theirs}
+    return {"ours": ours, "textbook": book, "theirs": theirs}
 
 
 if __name__ == "__main__":
@@ -178,8 +178,8 @@ if __name__ == "__main__":
         exact[(n, numel)] = res
         tb = max((r["textbook"] - r["theirs"]).abs().max().item() for r in res)
         same = all(torch.equal(r["ours"], r["theirs"]) for r in res)
-        print(f"n={n} numel={numel:>7}: gloo layout bit-equal on every rank: {same};", end="")
-        print(f" textbook layout max |diff| {tb:.2g}")
+        print(f"n={n} numel={numel:>7}: engine ring bit-equal on every rank: {same};", end="")
+        print(f" book's ring max |diff| {tb:.2g}")
 
 # %% [markdown]
 # ## 3b. Where the bytes live: gloo, NCCL and GPU memory
@@ -292,7 +292,7 @@ if __name__ == "__main__":
             exact=True,
         )
         kit.check(
-            f"n={n}, numel={numel}: textbook layout vs gloo (same sum, other rounding)",
+            f"n={n}, numel={numel}: the book's ring vs gloo (same sum, other rounding)",
             [r["textbook"] for r in res],
             [r["theirs"] for r in res],
             exact=False,
