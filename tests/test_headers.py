@@ -1,5 +1,9 @@
-"""The header exchange posts the next call's receives ahead (gloo's rendezvous costs a
-latency otherwise), and that state neither leaks groups nor mixes up collectives.
+"""Every collective's first message: the header, with a small all-reduce's data riding on it.
+
+The exchange posts the next call's receives ahead (gloo's rendezvous costs a latency
+otherwise), and that state neither leaks groups nor mixes up collectives; a small
+all-reduce is one message per peer, check included; first messages of any mix of sizes
+never abort the process (gloo aborts on a message longer than its receive buffer).
 
     pytest tests/test_headers.py
 """
@@ -13,13 +17,14 @@ import pytest
 import torch
 
 import minidp
-from minidp.comm import agree, headers
+from minidp.comm import agree, count_traffic, headers
 from minidp.comm import group as groups
 from minidp.launch import run_threads
 
 
 def _parked(group) -> int:
-    return sum(len(p.recvs) for p in headers._posted.get(group, {}).values())
+    boxes = headers._boxes.get(group, {}).values()
+    return sum(len(box.parked.recvs) for box in boxes if box.parked is not None)
 
 
 def _mixed_calls(rank: int, world: int):
@@ -98,3 +103,50 @@ def test_plain_and_ahead_exchanges_share_a_group_without_crossing():
     for x, y, z in run_threads(_raw_then_wrapped, 2, timeout=20.0):
         assert torch.equal(x, torch.full((3,), 2.0))
         assert torch.equal(y, x) and torch.equal(z, x)
+
+
+def _one_message_per_peer(rank: int, world: int, numel: int):
+    x = torch.full((numel,), float(rank + 1))
+    minidp.comm.all_reduce(torch.ones(1))  # the first call on a group posts its own receives
+    with count_traffic() as t:
+        minidp.comm.all_reduce(x)
+    return t, x
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_small_all_reduce_is_one_message_per_peer_check_included(world):
+    """Up to ``PAYLOAD_BYTES`` the data rides on the header: W-1 messages each way, of the
+    header and the tensor; one byte more and the header goes alone, then the ring."""
+    for numel in (4, headers.PAYLOAD_BYTES // 4):
+        for t, x in run_threads(_one_message_per_peer, world, numel):
+            assert torch.equal(x, torch.full((numel,), float(sum(range(1, world + 1)))))
+            assert (t.sent_msgs, t.recv_msgs) == (world - 1, world - 1)
+            assert t.sent_bytes == t.recv_bytes == (world - 1) * (agree.HEADER_BYTES + 4 * numel)
+    big = headers.PAYLOAD_BYTES // 4 + 1
+    for t, _ in run_threads(_one_message_per_peer, world, big):
+        assert t.sent_msgs > world - 1  # the header alone, then the ring's messages
+
+
+def _mixed_sizes_around_the_limit(rank: int, world: int, numels: list[int]):
+    x = torch.ones(numels[rank])
+    with pytest.raises(agree.MismatchError, match=r"all_reduce: rank \d passed \[all_reduce"):
+        minidp.comm.all_reduce(x)
+    z = torch.full((3,), float(rank))
+    minidp.comm.all_reduce(z)  # the next call still pairs up
+    return z
+
+
+@pytest.mark.parametrize(
+    "numels",
+    [
+        [headers.PAYLOAD_BYTES // 4, 3],  # the largest first message against a small one
+        [headers.PAYLOAD_BYTES // 4 + 1, headers.PAYLOAD_BYTES // 4],  # header alone vs data
+        [5, 4, 4],
+    ],
+)
+def test_first_messages_of_any_sizes_refuse_and_never_abort(numels):
+    """A longer message than its receive buffer would abort the process (gloo); every first
+    message lands in a buffer of the largest, so mismatched sizes only raise, on every rank."""
+    world = len(numels)
+    for z in run_threads(_mixed_sizes_around_the_limit, world, numels, timeout=30):
+        assert torch.equal(z, torch.full((3,), float(sum(range(world)))))

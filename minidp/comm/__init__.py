@@ -15,13 +15,12 @@ from minidp.comm.collectives import (
     all_gather_into_tensor,
     all_reduce,
     barrier,
-    reduce_scatter,
-    reduce_scatter_tensor,
 )
 from minidp.comm.errors import CollectiveError, CollectiveTimeout, MismatchError, PeerError
 from minidp.comm.group import get_rank, get_world_size, use_group
 from minidp.comm.naive import naive_all_reduce
 from minidp.comm.p2p import channel
+from minidp.comm.reduce_scatters import reduce_scatter, reduce_scatter_tensor
 from minidp.comm.ring import ring_all_reduce
 from minidp.comm.traffic import Traffic, count_traffic
 

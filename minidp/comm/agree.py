@@ -1,14 +1,17 @@
-"""Check, before any data moves, that every rank is calling the same collective.
+"""Check, before any data is combined, that every rank is calling the same collective.
 
 Test: ``pytest tests/test_collectives.py -k mismatch``
 
 Mismatched calls do not fail by themselves: they hang or return garbage. So every
-collective first exchanges a small header (kind, numel, dtype, op, shape, one extra value
-such as the broadcast source; ``headers.py``) and every rank raises the *same*
-:class:`MismatchError`. Checked mode (``MINIDP_DEBUG=DETAIL`` or ``checked()``, like
+collective's first message to every other rank carries a small header (kind, numel,
+dtype, op, shape, one extra value such as the broadcast source) — with the data itself
+where that is small enough (``headers.py``: the direct all-reduce) — and before anything
+else moves every rank holds every header, so all raise the *same* :class:`MismatchError`.
+Checked mode (``MINIDP_DEBUG=DETAIL`` or ``checked()``, like
 ``TORCH_DISTRIBUTED_DEBUG=DETAIL``; any other value but ``OFF``/``INFO`` raises at import)
 also compares full shapes, a sequence number per group and channel, and the calling
-``module:function:line``: a skipped or reordered collective raises instead of pairing up.
+``module:function:line`` — in the same header, no message more: a skipped or reordered
+collective raises instead of pairing up.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ KINDS = (
     "barrier",
     "textbook_ring_all_reduce",
     "broadcast_many",
+    "reduce_scatter_tensor",
 )
 # all_reduce's algorithms (the header's extra): a mix must fail the check, not abort gloo
 ALL_REDUCE_ALGORITHMS = ("ring", "direct")
@@ -44,7 +48,9 @@ _DTYPES = ops.DTYPES + (torch.bool, torch.complex64, torch.complex128)
 _MAX_DIMS = 8
 _CHECKED = 6 + _MAX_DIMS  # checked-mode fields start here: flag, sequence number, call site
 _HEADER = _CHECKED + 3  # kind, numel, dtype, op, extra, ndim, dims..., flag, seq, site
-HEADER_BYTES = _HEADER * 8  # one int64 per field: 136 bytes from each rank to each other rank
+# one int64 per field, and one more (headers.py: the bytes of data that follow): 144 bytes
+# from each rank to each other rank
+HEADER_BYTES = (_HEADER + 1) * 8
 HEADER_TAG = headers.HEADER_TAG  # header messages never match data messages
 DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")  # TORCH_DISTRIBUTED_DEBUG's values
 
@@ -178,11 +184,14 @@ def agree(
     op: str | None = None,
     extra: int = 0,
     extra_name: str = "",
-) -> None:
-    """Raise :class:`MismatchError` on every rank unless all ranks pass equal headers."""
+    payload: torch.Tensor | None = None,
+) -> dict[int, torch.Tensor] | None:
+    """Raise :class:`MismatchError` on every rank unless all ranks pass equal headers.
+    ``payload`` (``tensor``'s data, 1-D, contiguous) travels with the header where it fits
+    (``headers.exchange``); returns each peer's (``{rank: uint8 view}``) or None."""
     rank, world = group.rank(), group.size()
     if world == 1:
-        return
+        return None
     mine = _encode(kind, tensor, op, extra)
     site = ""
     if is_checked():
@@ -191,12 +200,18 @@ def agree(
         seq = counts.get(p2p.current_channel(), 0)
         counts[p2p.current_channel()] = seq + 1
         mine[_CHECKED : _CHECKED + 3] = [1, seq, zlib.crc32(site.encode()) & 0x7FFFFFFF]
-    table = headers.exchange(group, mine)  # (world, header), the same on every rank
+    if payload is not None and (
+        mine[2] == _BAD_INPUT or payload.numel() * payload.element_size() > headers.PAYLOAD_BYTES
+    ):
+        payload = None  # nothing to carry, or too much: the collective sends it after the check
+    # (world, header), the same on every rank
+    table, payloads = headers.exchange(group, mine, payload)
     try:
         _verdict(table, kind, tensor, mine, extra_name, rank, site)
     except (MismatchError, TypeError, ValueError):
         headers.linger(group, mine)
         raise
+    return payloads
 
 
 def _verdict(table, kind, tensor, mine, extra_name, rank, site) -> None:
@@ -230,18 +245,20 @@ def agree_reduce(
     who: str,
     extra: int = 0,
     extra_name: str = "",
-) -> str:
-    """Normalise ``op``, :func:`agree`, check the dtype; returns the op's name. A bad op
-    raises only *after* the exchange (as "no op"), so no rank waits for a missing header."""
+    payload: torch.Tensor | None = None,
+) -> tuple[str, dict[int, torch.Tensor] | None]:
+    """Normalise ``op``, :func:`agree`, check the dtype; returns the op's name and the
+    peers' payloads. A bad op raises only *after* the exchange (as "no op"), so no rank
+    waits for a missing header."""
     try:
         name = ops.normalize_op(op, who)
     except ValueError:
         name = None
-    agree(group, kind, tensor, name, extra, extra_name)
+    payloads = agree(group, kind, tensor, name, extra, extra_name, payload)
     if name is None:
         ops.normalize_op(op, who)  # raises this rank's own, precise error
     ops.check_dtype(tensor, name, who)
-    return name
+    return name, payloads
 
 
 def _compare_fingerprints(table: list[list[int]], kind: str, extra_name: str, rank: int, site: str):

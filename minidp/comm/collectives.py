@@ -1,18 +1,18 @@
-"""Broadcast, all-gather, reduce-scatter, barrier — and ``all_reduce``, which picks its algorithm.
+"""All-gather, barrier — and ``all_reduce``, which picks its algorithm.
 
 Test: ``pytest tests/test_collectives.py``
 
 ``torch.distributed``'s signatures, built from ``p2p`` and checked first (``agree.py``).
-``all_gather`` and ``reduce_scatter`` (and their ``*_tensor`` forms) are one trip round
-the ring (``ring.ring_pass``); ``barrier`` is the all-to-all header exchange alone;
-``broadcast`` is in ``broadcasts.py``.
+``all_gather`` (and ``all_gather_into_tensor``) is one trip round the ring
+(``ring.ring_pass``); ``barrier`` is the all-to-all header exchange alone; ``broadcast`` is
+in ``broadcasts.py``, ``reduce_scatter`` in ``reduce_scatters.py``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from minidp.comm import agree, ops, p2p
+from minidp.comm import agree, p2p
 from minidp.comm import group as groups
 from minidp.comm.direct import SMALL_BYTES, direct_all_reduce
 from minidp.comm.naive import naive_all_reduce
@@ -107,81 +107,6 @@ def _gather_pass(flat: torch.Tensor, tensor: torch.Tensor, g) -> None:
     if n and world > 1:
         chunks, seg = _even_chunks(n, world, tensor.element_size())
         ring_pass(flat, chunks, seg, g, None, 0, world - 1)
-
-
-@torch.no_grad()  # like c10d: a collective is not part of the autograd graph
-def reduce_scatter(output: torch.Tensor, input_list: list[torch.Tensor], op="sum", group=None):
-    """``output`` on rank r = reduction over ranks of ``input_list[r]`` (ring); returns it."""
-    g = groups.resolve(group)
-    if groups.skip_if_not_member(g, "reduce_scatter"):
-        return output
-    world = g.size()
-    with p2p.operation("reduce_scatter"):
-        name = agree.agree_reduce(
-            g, "reduce_scatter", output, op, "reduce_scatter", len(input_list), "len(input_list)"
-        )
-        if len(input_list) != world:
-            raise ValueError(
-                f"reduce_scatter: input_list has {len(input_list)} tensors but the group has "
-                f"{world} ranks — pass one input tensor per rank"
-            )
-        n = output.numel()
-        for i, t in enumerate(input_list):
-            if t.numel() != n or t.dtype != output.dtype:
-                raise ValueError(
-                    f"reduce_scatter: input_list[{i}] is {tuple(t.shape)} {t.dtype} but output is "
-                    f"{tuple(output.shape)} {output.dtype} — every input must match the output"
-                )
-        flat = torch.cat([t.reshape(-1) for t in input_list])  # (world * numel,) rank-local copy
-        return _scatter_pass(output, flat, name, g)
-
-
-@torch.no_grad()
-def reduce_scatter_tensor(
-    output: torch.Tensor,
-    input: torch.Tensor,
-    op="sum",
-    group=None,
-    *,
-    input_is_scratch: bool = False,
-) -> torch.Tensor:
-    """``output`` on rank r = reduction over ranks of ``input[r*n:(r+1)*n]`` (contiguous,
-    ``world * n``); returns ``output``. ``input_is_scratch=True`` (minidp's own keyword)
-    lends ``input`` to the ring as its working buffer, leaving it undefined: one copy of
-    the whole input less, for a caller that refills it anyway (ZeRO-2's send buffers)."""
-    g = groups.resolve(group)
-    if groups.skip_if_not_member(g, "reduce_scatter"):
-        return output
-    world = g.size()
-    with p2p.operation("reduce_scatter_tensor"):
-        name = agree.agree_reduce(
-            g, "reduce_scatter", output, op, "reduce_scatter", world, "len(input_list)"
-        )
-        if (
-            input.numel() != world * output.numel()
-            or input.dtype != output.dtype
-            or not input.is_contiguous()
-        ):
-            raise ValueError(
-                f"reduce_scatter_tensor: expected a contiguous {output.dtype} input of "
-                f"{world} x {output.numel()} elements, got {tuple(input.shape)} {input.dtype}"
-                f"{'' if input.is_contiguous() else ' (not contiguous)'} — one output's worth "
-                "per rank"
-            )
-        flat = input.view(-1) if input_is_scratch else input.reshape(-1).clone()
-        return _scatter_pass(output, flat, name, g)
-
-
-def _scatter_pass(output: torch.Tensor, flat: torch.Tensor, name: str, g) -> torch.Tensor:
-    """The ring over ``flat`` (``(world * n,)``, worked in place), then this rank's sum."""
-    rank, world, n = g.rank(), g.size(), output.numel()
-    if n and world > 1:
-        chunks, seg = _even_chunks(n, world, output.element_size())
-        ring_pass(flat, chunks, seg, g, name, world - 1, 0)
-    mine = flat[rank * n : (rank + 1) * n]
-    ops.finish(name, mine, world)
-    output.copy_(mine.view(output.shape))
-    return output
 
 
 def barrier(group=None) -> None:

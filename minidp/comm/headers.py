@@ -1,13 +1,25 @@
-"""The header exchange behind every collective's check: all-to-all, in one message latency.
+"""Every collective's first message: this rank's header, and a small all-reduce's data with it.
 
-Run it: ``python -m minidp bench allreduce --breakdown`` (the "check" row times it)
-Test it: ``pytest tests/test_collectives.py -k "header or mismatch or verdict"``
+Run it: ``python -m minidp bench allreduce`` (the "check" column times the header's share)
+Test it: ``pytest tests/test_headers.py tests/test_collectives.py -k mismatch``
 
-Every rank sends its header to every other, so all hold the same table. gloo's sends wait
-for the receiver to announce its receive (a rendezvous), so the *next* exchange's receives
-are posted at the end of this one: one latency instead of two. Headers have one size and
-tag, so a parked receive matches whatever collective comes next on that group and channel.
-Only torch's own groups park receives; wrappers (the checker's) get the plain exchange.
+At the start of a collective every rank sends one message to every other: its header
+(what it is calling, ``agree.py``), followed — where every peer needs this rank's data,
+as the direct all-reduce does — by the data itself. So the check that stops mismatched
+calls from hanging rides on the data instead of costing a round of its own. Every rank
+receives every header, so all reach the same verdict before anything else moves.
+
+Why it can never abort the process: gloo aborts when a message is *longer* than its
+receive buffer and accepts a shorter one. Every first message is received into a buffer
+of the largest one (header + ``PAYLOAD_BYTES``); a rank with more data sends the header
+alone, and nothing else until the headers agree.
+
+Why it costs one latency, not two: gloo's send waits for the receiver to announce its
+receive (a rendezvous), so the *next* collective's receives are posted (parked) at the
+end of this one, into the other of two buffer sets. One first message per peer, one
+size and tag: a parked receive matches whatever collective comes next on that group and
+channel. Only torch's own groups park and carry data; wrappers (the exercise checker's,
+the tracer's) get a plain, header-only exchange posted at call time.
 """
 
 from __future__ import annotations
@@ -18,28 +30,47 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from minidp.comm import p2p
+from minidp.comm import p2p, traffic
 from minidp.comm.errors import CollectiveError
 
 HEADER_TAG = 1 << 30  # header messages never match data messages (those use small tags)
 # receives posted ahead: a tag of their own, so a plain receive never queues behind one
 AHEAD_TAG = HEADER_TAG + 1
+PAYLOAD_BYTES = 256 << 10  # the most data a first message carries (direct.SMALL_BYTES)
 
-# group -> {(channel, world, width): _Posted}; weak keys, and parked works hold no group
-_posted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# group -> {(channel, world, header_bytes): _Mailbox}; weak keys, parked works hold no group
+_boxes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _lock = threading.Lock()  # DDP's communication thread and the user's exchange concurrently
 
 
 class _Posted:
-    """One exchange's receive buffers, one per peer (rank-local), and their receives."""
+    """One exchange's receives, one per peer, into ``bufs`` (rank-local)."""
 
     __slots__ = ("bufs", "recvs")
 
-    def __init__(self, group, width: int, tag: int) -> None:
-        world, rank = group.size(), group.rank()
+    def __init__(self, group, bufs: dict[int, torch.Tensor], tag: int) -> None:
+        self.bufs = bufs
+        self.recvs = [p2p.irecv(b, r, group, tag) for r, b in bufs.items()]
+
+
+class _Mailbox:
+    """A torch group's first messages on one channel: two receive buffer sets (one parked,
+    one being read), a send buffer, all ``header + PAYLOAD_BYTES`` bytes (rank-local)."""
+
+    __slots__ = ("sets", "send", "parked", "turn")
+
+    def __init__(self, rank: int, world: int, header_bytes: int) -> None:
+        size = header_bytes + PAYLOAD_BYTES
         peers = [r for r in range(world) if r != rank]
-        self.bufs = {r: torch.empty(width, dtype=torch.int64) for r in peers}  # (width,) each
-        self.recvs = [p2p.irecv(self.bufs[r], r, group, tag) for r in peers]
+        self.sets = [{r: torch.empty(size, dtype=torch.uint8) for r in peers} for _ in range(2)]
+        self.send = torch.empty(size, dtype=torch.uint8)
+        self.parked: _Posted | None = None
+        self.turn = 0  # the set the next receives go into
+
+    def post(self, group) -> _Posted:
+        posted = _Posted(group, self.sets[self.turn], AHEAD_TAG)
+        self.turn = 1 - self.turn
+        return posted
 
 
 def _ahead(group) -> bool:
@@ -47,33 +78,59 @@ def _ahead(group) -> bool:
     return isinstance(group, (dist.ProcessGroup, dist.ProcessGroupGloo))
 
 
-def exchange(group, mine: list[int]) -> list[list[int]]:
-    """Every rank's header (``mine``: ints, the same length on every rank), on every rank."""
+def exchange(
+    group, mine: list[int], payload: torch.Tensor | None = None
+) -> tuple[list[list[int]], dict[int, torch.Tensor] | None]:
+    """Every rank's header (``mine``: ints, the same length on every rank; the table's rows
+    end with one more, the bytes of data each rank sent with it), on every rank; and, when
+    ``payload`` (1-D, contiguous, at most ``PAYLOAD_BYTES``) is given and the group carries
+    it, each peer's payload bytes (``{rank: uint8 view}``, valid until the next exchange
+    but one on this group and channel), else None."""
     rank, world = group.rank(), group.size()
-    key = (p2p.current_channel(), world, len(mine))
     ahead = _ahead(group)
-    tag = AHEAD_TAG if ahead else HEADER_TAG
-    posted = None
-    if ahead:
-        with _lock:
-            posted = _posted.get(group, {}).pop(key, None)
-    if posted is None:
-        posted = _Posted(group, len(mine), tag)  # receives first: sends then find them posted
+    nbytes = 0 if payload is None or not ahead else payload.numel() * payload.element_size()
+    mine = [*mine, nbytes]  # the header's last field: the bytes of data that follow it
+    hb = 8 * len(mine)
+    header = torch.tensor(mine, dtype=torch.int64)
+    if not ahead:  # a wrapper: the plain exchange, headers only
+        bufs = {r: torch.empty_like(header) for r in range(world) if r != rank}
+        posted = _Posted(group, bufs, HEADER_TAG)
+        sends = [p2p.isend(header, r, group, HEADER_TAG) for r in posted.bufs]
+        p2p.wait_all(posted.recvs)
+        p2p.wait_all(sends)
+        return [mine if r == rank else posted.bufs[r].tolist() for r in range(world)], None
+    key = (p2p.current_channel(), world, hb)
+    with _lock:
+        box = _boxes.setdefault(group, {}).get(key)
+        if box is None:
+            box = _boxes[group][key] = _Mailbox(rank, world, hb)
+        posted, box.parked = box.parked, None
+    if posted is None:  # the first exchange on this group and channel
+        posted = box.post(group)
     else:
         for w in posted.recvs:
-            w.group = group  # parked without it (see _posted)
-    header = torch.tensor(mine, dtype=torch.int64)
-    sends = [p2p.isend(header, r, group, tag) for r in posted.bufs]
-    p2p.wait_all(posted.recvs)
-    table = [mine if r == rank else posted.bufs[r].tolist() for r in range(world)]
-    if ahead:  # the next exchange's receives, announced while this call goes on
-        parked = _Posted(group, len(mine), tag)
-        for w in parked.recvs:
-            w.group = None
-        with _lock:
-            _posted.setdefault(group, {})[key] = parked
-    p2p.wait_all(sends)  # the sends read header
-    return table
+            w.group = group  # parked without it (see _boxes)
+    message = box.send[: hb + nbytes]
+    message[:hb].view(torch.int64).copy_(header)
+    if nbytes:
+        message[hb:].copy_(payload.view(torch.uint8))
+    sends = [p2p.isend(message, r, group, AHEAD_TAG) for r in posted.bufs]
+    for w in posted.recvs:
+        w.nbytes = hb  # counted as a header on arrival; the data it carried, below
+        w.wait()
+    table = [
+        mine if r == rank else posted.bufs[r][:hb].view(torch.int64).tolist() for r in range(world)
+    ]
+    traffic.add("recv", sum(row[-1] for row in table) - nbytes, messages=0)
+    parked = box.post(group)  # the next exchange's receives, announced while this call goes on
+    for w in parked.recvs:
+        w.group = None
+    with _lock:
+        box.parked = parked
+    p2p.wait_all(sends)  # the sends read the send buffer
+    if payload is None:
+        return table, None
+    return table, {r: b[hb : hb + nbytes] for r, b in posted.bufs.items()}
 
 
 def linger(group, mine: list[int]) -> None:

@@ -28,7 +28,7 @@ def naive_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor
         naive_all_reduce(memory, op, group)
         return tensor
     with p2p.operation("naive_all_reduce"):
-        name = agree.agree_reduce(g, "naive_all_reduce", tensor, op, "naive_all_reduce")
+        name, _ = agree.agree_reduce(g, "naive_all_reduce", tensor, op, "naive_all_reduce")
         rank, world = g.rank(), g.size()
         if tensor.numel() == 0 or world == 1:
             return tensor

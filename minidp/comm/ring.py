@@ -162,7 +162,7 @@ def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None, layout: str = "g
     if layout not in ("gloo", "textbook"):
         raise ValueError(f"ring_all_reduce: layout must be 'gloo' or 'textbook', got {layout!r}")
 
-    def body(flat: torch.Tensor, g, name: str) -> None:
+    def body(flat: torch.Tensor, g, name: str, _payloads) -> None:
         if layout == "gloo":
             gloo_ring(flat, g, name)
         else:
@@ -184,11 +184,12 @@ def gloo_ring(flat: torch.Tensor, group, op: str) -> None:
     ring_pass(flat, chunks, seg, group, op, world - 1, world - 1)
 
 
-def reduce_in_place(tensor: torch.Tensor, op, group, who: str, body, algorithm: int):
-    """Every all-reduce around its algorithm ``body(flat, group, op_name)``: resolve the
-    group, agree across ranks, run ``body`` on a flat contiguous view, finish the op.
-    ``algorithm`` (``agree.ALL_REDUCE_ALGORITHMS``' index; -1: the textbook ring) travels
-    in the header, so ranks that picked different ones fail the check."""
+def reduce_in_place(tensor: torch.Tensor, op, group, who: str, body, algorithm: int, carry=False):
+    """Every all-reduce around its algorithm ``body(flat, group, op_name, payloads)``:
+    resolve the group, agree across ranks, run ``body`` on a flat contiguous view (or copy),
+    finish the op. ``algorithm`` (``agree.ALL_REDUCE_ALGORITHMS``' index; -1: the textbook
+    ring) travels in the header, so ranks that picked different ones fail the check;
+    ``carry``: the data travels with the header too (``payloads``: every peer's)."""
     if algorithm < 0:
         kind, extra, extra_name = "textbook_ring_all_reduce", 0, ""
     else:
@@ -198,16 +199,21 @@ def reduce_in_place(tensor: torch.Tensor, op, group, who: str, body, algorithm: 
         return tensor
     memory = unexpanded(tensor)
     if memory is not None:
-        reduce_in_place(memory, op, group, who, body, algorithm)
+        reduce_in_place(memory, op, group, who, body, algorithm, carry)
         return tensor
     with p2p.operation(who):
-        name = agree.agree_reduce(g, kind, tensor, op, who.split("(")[0], extra, extra_name)
+        flat = None  # (numel,) contiguous: a view of tensor, or a copy of a strided one
+        if agree.input_ok(tensor):
+            flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+        payload = flat if carry and flat is not None and flat.numel() else None
+        name, payloads = agree.agree_reduce(
+            g, kind, tensor, op, who.split("(")[0], extra, extra_name, payload
+        )
         world = g.size()
         if tensor.numel() == 0 or world == 1:
             return tensor
-
-        def run(flat: torch.Tensor) -> None:
-            body(flat, g, name)
-            ops.finish(name, flat, world)
-
-        return ops.flat_inplace(tensor, run)
+        body(flat, g, name, payloads)
+        ops.finish(name, flat, world)
+        if not tensor.is_contiguous():
+            tensor.copy_(flat.view(tensor.shape))
+        return tensor

@@ -60,8 +60,9 @@ def counting(counters: list[Traffic]) -> Iterator[None]:
         del stack[len(stack) - len(counters) :]
 
 
-def add(kind: str, nbytes: int) -> None:
-    """Record one message of ``nbytes`` (``kind`` is "send" or "recv") on open counters."""
+def add(kind: str, nbytes: int, messages: int = 1) -> None:
+    """Record ``messages`` messages of ``nbytes`` in all (``kind`` is "send" or "recv") on
+    open counters (``messages=0``: more bytes of a message counted already)."""
     stack = getattr(_local, "stack", None)
     if not stack:
         return
@@ -69,7 +70,7 @@ def add(kind: str, nbytes: int) -> None:
         for counter in stack:
             if kind == "send":
                 counter.sent_bytes += nbytes
-                counter.sent_msgs += 1
+                counter.sent_msgs += messages
             else:
                 counter.recv_bytes += nbytes
-                counter.recv_msgs += 1
+                counter.recv_msgs += messages

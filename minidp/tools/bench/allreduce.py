@@ -1,4 +1,4 @@
-"""Benchmark: minidp's all-reduces against gloo's own, same run.
+"""Benchmark: minidp's all-reduces against gloo's own, same run, and what the check costs.
 
 Run: ``python -m minidp bench allreduce`` (``--quick`` for a short run, ``--help``).
 
@@ -13,8 +13,12 @@ each minidp time over gloo's as the median of the per-repetition ratios with the
 half (first to third quartile, ``minidp.tools.bench.verdict``): a ratio whose spread straddles
 a goal neither meets nor misses it on this machine.
 
-``--breakdown`` adds two rows that split the ring's time: "ring pass" (its data movement
-alone, ``ring.gloo_ring``) and "check" (the cross-rank header check alone).
+The check (every collective's header, ``minidp/comm/headers.py``): each repetition also
+times the algorithm's data pass alone, with no header — the direct exchange
+(``direct.direct_pass``) or the ring (``ring.gloo_ring``) — and the "check" columns are
+the per-repetition differences (all-reduce minus its pass alone): microseconds per call,
+middle half, and their share of the all-reduce's time. ``--breakdown`` also prints the
+passes' own rows. Last, the goals the README names (world size 2) get a verdict.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 import minidp
-from minidp.comm import agree, ring
+from minidp.comm import direct, ring
 from minidp.comm import group as groups
 from minidp.launch import ProcessWorld
 from minidp.tools.bench.args import positive_float, positive_int, world_size
@@ -46,9 +50,27 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _measure(
-    rank: int, world: int, sizes: list[int], budget_s: float, max_reps: int, breakdown: bool
-) -> dict:
+KIB = 1024
+# the goals for "auto" against gloo at world size 2 (bytes -> most time vs gloo's)
+GOALS = {16 * KIB: 1.6, 1 << 20: 1.3, 64 << 20: 1.1}
+PASS = {"auto": "direct pass", "ring": "ring pass"}  # what each checked all-reduce runs
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def _direct_pass(t: torch.Tensor, g) -> None:
+    """What ``all_reduce`` runs up to ``SMALL_BYTES``, without the header: the exchange of
+    every rank's tensor (one message per peer, as with the header) and the reduction."""
+    chunks, _ = ring.gloo_layout(t.numel(), t.element_size(), g.size())
+    direct.direct_pass(t, chunks, g, "sum")
+
+
+def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps: int) -> dict:
     """Rank function: time every algorithm on every size; rank 0 reports progress."""
     results = {}
     g = groups.resolve()
@@ -59,10 +81,10 @@ def _measure(
             "auto": lambda t: minidp.comm.all_reduce(t),
             "ring": lambda t: minidp.comm.ring_all_reduce(t),
             "naive": lambda t: minidp.comm.naive_all_reduce(t),
+            "ring pass": lambda t: ring.gloo_ring(t, g, "sum"),
         }
-        if breakdown:  # the ring's two parts, each alone
-            ops["ring pass"] = lambda t: ring.gloo_ring(t, g, "sum")
-            ops["check"] = lambda t: agree.agree_reduce(g, "all_reduce", t, "sum", "ring")
+        if nbytes <= direct.SMALL_BYTES:  # where "auto" runs the direct exchange
+            ops["direct pass"] = lambda t: _direct_pass(t, g)
         times: dict[str, list[float]] = {a: [] for a in ops}
         reps = 0
         # Stop on the summed slowest-rank times, which are the same number on every rank:
@@ -88,25 +110,62 @@ def _measure(
     return results
 
 
-def table(results: dict[int, dict[int, dict[str, list[float]]]]) -> str:
+def check_cost(times: dict[str, list[float]], algo: str) -> tuple[str, str]:
+    """The check's cost in one all-reduce, per-repetition ``algo`` minus its pass alone:
+    ``"median µs (first to third quartile)"``, and the median's share of ``algo``'s time."""
+    alone = times.get(PASS[algo]) or times["ring pass"]  # "auto" above SMALL_BYTES: the ring
+    diffs = [(a - p) * 1e6 for a, p in zip(times[algo], alone)]  # µs
+    low, mid, high = statistics.quantiles(diffs, n=4, method="inclusive")
+    share = mid / 1e6 / statistics.median(times[algo])
+    return f"{mid:+.0f} ({low:+.0f} to {high:+.0f})", f"{share:.0%}"
+
+
+def table(results: dict[int, dict[int, dict[str, list[float]]]], breakdown: bool = False) -> str:
     """Markdown table: one row per (world, size, algorithm); times in seconds per repetition."""
     lines = [
         "| ranks | size | algorithm | median ms | algbw GB/s | busbw GB/s | time vs gloo "
-        "(middle half) |",
-        "|---:|---:|---|---:|---:|---:|---:|",
+        "(middle half) | check µs per call (middle half) | check share |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for world, per_size in results.items():
         for nbytes, times in per_size.items():
             for algo in times:
+                if algo.endswith(" pass") and not breakdown:
+                    continue
                 t = statistics.median(times[algo])
                 algbw = nbytes / t / 1e9
                 busbw = algbw * 2 * (world - 1) / world
                 c = compare(times["gloo"], times[algo], "gloo", algo)
+                check = " | ".join(check_cost(times, algo)) if algo in PASS else "— | —"
                 lines.append(
                     f"| {world} | {_fmt_bytes(nbytes)} | {algo} | {t * 1e3:.2f} | {algbw:.2f} | "
-                    f"{busbw:.2f} | {c.ratio:.2f}x ({c.low:.2f}–{c.high:.2f}) |"
+                    f"{busbw:.2f} | {c.ratio:.2f}x ({c.low:.2f}–{c.high:.2f}) | {check} |"
                 )
     return "\n".join(lines)
+
+
+def goals(results: dict[int, dict[int, dict[str, list[float]]]]) -> list[str]:
+    """A verdict per goal measured (world size 2, "auto" vs gloo): meets when the whole
+    middle half of the ratios is at or under the goal, misses when it is all above."""
+    lines = []
+    for nbytes, goal in GOALS.items():
+        times = results.get(2, {}).get(nbytes)
+        if times is None:
+            continue
+        c = compare(times["gloo"], times["auto"], "gloo", "auto")
+        if c.high <= goal:
+            verdict = "meets it"
+        elif c.low > goal:
+            verdict = "misses it"
+        else:
+            verdict = "inconclusive on this machine (the middle half straddles the goal)"
+        cost, share = check_cost(times, "auto")
+        lines.append(
+            f"  2 ranks, {_fmt_bytes(nbytes):>6}: all_reduce {c.ratio:.2f}x gloo "
+            f"({c.low:.2f}–{c.high:.2f}, {c.pairs} reps), goal <= {goal}x: {verdict}; "
+            f"the check {cost} µs per call, {share} of the time"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,9 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=positive_float, default=1.5, help="seconds per size (1.5)")
     p.add_argument("--max-reps", type=positive_int, default=50, help="repetitions per size, most")
     p.add_argument("--quick", action="store_true", help="sizes 4 KiB..1 MiB, short budget")
-    p.add_argument(
-        "--breakdown", action="store_true", help="also time the ring's data pass and check alone"
-    )
+    p.add_argument("--breakdown", action="store_true", help="also print the data passes' own rows")
     args = p.parse_args(argv)
     if args.min_size > args.max_size:
         p.error(
@@ -147,9 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     for world in args.worlds:
         print(f"starting {world} rank processes ...", file=sys.stderr, flush=True)
         with ProcessWorld(world, timeout=300) as w:
-            results[world] = w.run(_measure, sizes, args.budget, args.max_reps, args.breakdown)[0]
+            results[world] = w.run(_measure, sizes, args.budget, args.max_reps)[0]
     print()
-    print(table(results))
+    print(table(results, args.breakdown))
+    verdicts = goals(results)
+    if verdicts:
+        print("\ngoals (README): all_reduce vs gloo, same run")
+        print("\n".join(verdicts))
     return 0
 
 
