@@ -6,8 +6,7 @@ against what torch / gloo does with the same inputs.
   warning and a no-op (real processes: ``dist.new_group`` needs a default group);
 * ``MINIDP_DEBUG`` accepts exactly what ``TORCH_DISTRIBUTED_DEBUG`` accepts;
 * checked mode compares call sites a ``chdir`` does not change;
-* NaN under max/min, and expanded (stride-0) tensors, bit for bit with gloo;
-* the textbook ring's chunk layout, exactly.
+* NaN under max/min, and expanded (stride-0) tensors, bit for bit with gloo.
 
 Run: ``pytest tests/test_reliability_comm.py``
 """
@@ -29,7 +28,6 @@ from helpers import direct_reduce, gloo_all_reduce, rank_input
 
 import minidp
 from minidp.comm import agree, p2p
-from minidp.comm.ring import textbook_layout
 from minidp.launch import run_threads
 
 # ---- channels: two threads, one group ---------------------------------------------------
@@ -249,19 +247,3 @@ def _expanded_cases(rank: int, world: int) -> list[bool]:
 @pytest.mark.parametrize("world", [2, 3])
 def test_expanded_tensor_like_gloo(world):
     assert all(all(r) for r in run_threads(_expanded_cases, world))
-
-
-# ---- the textbook ring's chunks ----------------------------------------------------------
-
-
-@pytest.mark.parametrize("numel, world", [(10, 4), (12, 4), (3, 4), (1, 3), (7, 2), (100, 7)])
-def test_textbook_chunks_are_torch_tensor_split(numel, world):
-    """``world`` near-equal chunks, the first ``numel % world`` one longer: exactly
-    ``torch.tensor_split`` (10 on 4 ranks: 3, 3, 2, 2); one message per chunk."""
-    chunks, seg = textbook_layout(numel, world)
-    pieces = torch.arange(numel).tensor_split(world)
-    assert [(int(p[0]), int(p[-1]) + 1) if len(p) else None for p in pieces] == [
-        (a, b) if b > a else None for a, b in chunks
-    ]
-    assert [b - a for a, b in chunks] == [len(p) for p in pieces]
-    assert seg == max(len(pieces[0]), 1)

@@ -13,6 +13,7 @@ from minidp import trace
 from minidp.comm import group as groups
 from minidp.comm import ring_all_reduce
 from minidp.launch import run_threads
+from minidp.textbook import collectives as book
 
 
 def _traced_ring(rank: int, world: int) -> torch.Tensor:
@@ -112,7 +113,7 @@ def test_complete_records_a_measured_interval():
 
 def _tapped(rank: int, world: int, log: trace.MessageLog) -> torch.Tensor:
     x = torch.full((6,), rank + 1, dtype=torch.int64)
-    ring_all_reduce(x, group=trace.tap(groups.resolve(), log, watch=x), layout="textbook")
+    book.ring_all_reduce(x, group=trace.tap(groups.resolve(), log, watch=x))
     return x
 
 

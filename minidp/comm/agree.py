@@ -36,7 +36,6 @@ KINDS = (
     "all_gather",
     "reduce_scatter",
     "barrier",
-    "textbook_ring_all_reduce",
     "broadcast_many",
     "reduce_scatter_tensor",
 )

@@ -18,14 +18,14 @@ from minidp.comm.direct import SMALL_BYTES, direct_all_reduce
 from minidp.comm.naive import naive_all_reduce
 from minidp.comm.ring import ring_all_reduce, ring_pass
 
-ALGORITHMS = ("auto", "ring", "direct", "naive", "textbook")
+ALGORITHMS = ("auto", "ring", "direct", "naive")
 _SEGMENT_BYTES = 1 << 20  # pipeline all-gather / reduce-scatter in 1 MiB messages, like gloo
 
 
 def all_reduce(tensor: torch.Tensor, op="sum", group=None, algorithm: str = "auto") -> torch.Tensor:
     """All-reduce in place with ``algorithm``; returns ``tensor``. "auto": "direct" (one
     exchange) up to ``SMALL_BYTES``, else "ring" (fewest bytes), both with gloo's bits;
-    "naive" and "textbook" are there to compare. Every rank must pass the same one."""
+    "naive" is there to compare. Every rank must pass the same one."""
     if algorithm == "auto":
         small = isinstance(tensor, torch.Tensor) and tensor.numel() * tensor.element_size()
         algorithm = "direct" if small and small <= SMALL_BYTES else "ring"
@@ -33,8 +33,6 @@ def all_reduce(tensor: torch.Tensor, op="sum", group=None, algorithm: str = "aut
         return direct_all_reduce(tensor, op, group)
     if algorithm == "ring":
         return ring_all_reduce(tensor, op, group)
-    if algorithm == "textbook":
-        return ring_all_reduce(tensor, op, group, layout="textbook")
     if algorithm == "naive":
         return naive_all_reduce(tensor, op, group)
     raise ValueError(f"all_reduce: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")

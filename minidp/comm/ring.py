@@ -6,14 +6,11 @@ Test it: ``pytest tests/test_collectives.py -k ring``
 Every rank sends to its left neighbour and receives from its right: ``world-1``
 reduce-scatter steps leave chunk ``c`` reduced on rank ``c``, then ``world-1`` all-gather
 steps pass it round. Each rank sends ``2(n-1)/n·S`` bytes whatever ``n`` is. The book's
-ring (``minidp/textbook/collectives.py``) lists what this one adds. Two layouts share one
-algorithm (:func:`ring_pass`):
-
-* ``textbook``: ``world`` near-equal chunks, one message each — the book's ring, bit for bit.
-* ``gloo``: gloo's schedule, bit for bit ``torch.distributed.all_reduce``: chunks cut on
-  gloo's segments, chunk ``c`` summed as ``x[c] + (x[c+1] + (... + (x[c-2] + x[c-1])))``
-  (indices mod n; float addition is not associative), each segment forwarded as soon as
-  it is summed, so sending one overlaps adding the next.
+ring (``minidp/textbook/collectives.py``, what the demo runs) lists what this one adds:
+gloo's schedule, bit for bit ``torch.distributed.all_reduce`` — chunks cut on gloo's
+segments (:func:`gloo_layout`), chunk ``c`` summed as ``x[c] + (x[c+1] + (... + (x[c-2] +
+x[c-1])))`` (indices mod n; float addition is not associative), each segment forwarded as
+soon as it is summed (:func:`ring_pass`), so sending one overlaps adding the next.
 """
 
 from __future__ import annotations
@@ -45,16 +42,6 @@ def gloo_layout(numel: int, element_size: int, world: int) -> tuple[list[tuple[i
     per_chunk = num_segments // world * seg  # elements per chunk (the last ones may be short)
     chunks = [(min(c * per_chunk, numel), min((c + 1) * per_chunk, numel)) for c in range(world)]
     return chunks, seg
-
-
-def textbook_layout(numel: int, world: int) -> tuple[list[tuple[int, int]], int]:
-    """``world`` near-equal chunks (the first ``numel % world`` one longer), one message each."""
-    base, rest = divmod(numel, world)
-    bounds = [0]
-    for c in range(world):
-        bounds.append(bounds[-1] + base + (1 if c < rest else 0))
-    chunks = [(bounds[c], bounds[c + 1]) for c in range(world)]
-    return chunks, max(base + (1 if rest else 0), 1)
 
 
 def _segments(lo: int, hi: int, seg: int) -> list[tuple[int, int]]:
@@ -153,25 +140,16 @@ def unexpanded(tensor):
 
 
 @torch.no_grad()  # like c10d: a collective is not part of the autograd graph
-def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None, layout: str = "gloo"):
+def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor:
     """All-reduce ``tensor`` (any shape; same numel and dtype on every rank) in place round
-    the ring; returns it. ``op``: "sum", "avg", "max", "min", "product" or a ``ReduceOp``;
-    ``group``: ``None`` for the thread's or the default group; ``layout``: "gloo"
-    (bit-exact with gloo, pipelined) or "textbook" (one message per chunk).
+    the ring, bit-exact with gloo; returns it. ``op``: "sum", "avg", "max", "min",
+    "product" or a ``ReduceOp``; ``group``: ``None`` for the thread's or the default group.
     """
-    if layout not in ("gloo", "textbook"):
-        raise ValueError(f"ring_all_reduce: layout must be 'gloo' or 'textbook', got {layout!r}")
+    return reduce_in_place(tensor, op, group, "ring_all_reduce(gloo)", _ring_body, 0)
 
-    def body(flat: torch.Tensor, g, name: str, _payloads) -> None:
-        if layout == "gloo":
-            gloo_ring(flat, g, name)
-        else:
-            chunks, seg = textbook_layout(flat.numel(), g.size())
-            ring_pass(flat, chunks, seg, g, name, g.size() - 1, g.size() - 1)
 
-    if layout == "textbook":
-        return reduce_in_place(tensor, op, group, "ring_all_reduce(textbook)", body, -1)
-    return reduce_in_place(tensor, op, group, "ring_all_reduce(gloo)", body, 0)
+def _ring_body(flat: torch.Tensor, g, name: str, _payloads) -> None:
+    gloo_ring(flat, g, name)
 
 
 def gloo_ring(flat: torch.Tensor, group, op: str) -> None:
@@ -187,13 +165,9 @@ def gloo_ring(flat: torch.Tensor, group, op: str) -> None:
 def reduce_in_place(tensor: torch.Tensor, op, group, who: str, body, algorithm: int, carry=False):
     """Every all-reduce around its algorithm ``body(flat, group, op_name, payloads)``:
     resolve the group, agree across ranks, run ``body`` on a flat contiguous view (or copy),
-    finish the op. ``algorithm`` (``agree.ALL_REDUCE_ALGORITHMS``' index; -1: the textbook
-    ring) travels in the header, so ranks that picked different ones fail the check;
-    ``carry``: the data travels with the header too (``payloads``: every peer's)."""
-    if algorithm < 0:
-        kind, extra, extra_name = "textbook_ring_all_reduce", 0, ""
-    else:
-        kind, extra, extra_name = "all_reduce", algorithm, "algorithm"
+    finish the op. ``algorithm`` (``agree.ALL_REDUCE_ALGORITHMS``' index) travels in the
+    header, so ranks that picked different ones fail the check; ``carry``: the data
+    travels with the header too (``payloads``: every peer's)."""
     g = groups.resolve(group)
     if groups.skip_if_not_member(g, "all_reduce"):
         return tensor
@@ -207,7 +181,7 @@ def reduce_in_place(tensor: torch.Tensor, op, group, who: str, body, algorithm: 
             flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
         payload = flat if carry and flat is not None and flat.numel() else None
         name, payloads = agree.agree_reduce(
-            g, kind, tensor, op, who.split("(")[0], extra, extra_name, payload
+            g, "all_reduce", tensor, op, who.split("(")[0], algorithm, "algorithm", payload
         )
         world = g.size()
         if tensor.numel() == 0 or world == 1:

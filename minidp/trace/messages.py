@@ -7,7 +7,7 @@ in a watched tensor, a copy of the payload); the ring demo replays its steps fro
 
     log = trace.MessageLog()
     g = trace.tap(minidp.comm.group.resolve(), log, watch=x)   # inside a rank
-    minidp.comm.ring_all_reduce(x, group=g, layout="textbook")
+    minidp.textbook.collectives.ring_all_reduce(x, group=g)    # the book's ring
     for m in log.sends(): print(m.src, "->", m.dst, m.offset, m.payload)
 """
 

@@ -5,11 +5,12 @@
     python -m minidp demo ring --trace ring.json # also save a Chrome trace (Perfetto)
 
 What happens: ``world-size`` ranks start as threads of this process, each with its own
-real gloo process group. Each rank runs minidp's ``ring_all_reduce`` (textbook layout:
-one chunk per rank, one message per chunk) through a *tapped* group that logs every
-message with a copy of its payload (``minidp.trace.tap``). The demo does not compute the
-ring itself: it replays the log — who sent which chunk to whom at each step, and what
-each rank then held — and draws a grid per step (rank x chunk).
+real gloo process group. Each rank runs the book's ``ring_all_reduce``
+(``minidp.textbook.collectives``: the page lesson 8 prints; one chunk per rank, one
+message per chunk) through a *tapped* group that logs every message with a copy of its
+payload (``minidp.trace.tap``). The demo does not compute the ring itself: it replays the
+log — who sent which chunk to whom at each step, and what each rank then held — and draws
+a grid per step (rank x chunk).
 
 Inputs are integers chosen so that sums stay readable: with up to 6 ranks, rank ``r``
 holds multiples of ``10**r``, so in any partial sum the digit at position ``r`` (from the
@@ -36,10 +37,10 @@ import torch
 import torch.distributed as dist
 
 from minidp import trace
-from minidp.comm import count_traffic, ring_all_reduce
+from minidp.comm import count_traffic
 from minidp.comm import group as groups
-from minidp.comm.ring import textbook_layout
 from minidp.launch import run_threads
+from minidp.textbook.collectives import ring_all_reduce
 from minidp.tools.demo.ring_run import (
     ALL_GATHER,
     REDUCE_SCATTER,
@@ -72,7 +73,7 @@ def _rank_main(rank: int, world: int, inputs: list[torch.Tensor], log: trace.Mes
     x = inputs[rank].clone()
     g = trace.tap(groups.resolve(), log, watch=x)
     with count_traffic() as counted:
-        ring_all_reduce(x, "sum", group=g, layout="textbook")
+        ring_all_reduce(x, "sum", group=g)
     ref = inputs[rank].clone()
     dist.all_reduce(ref, group=groups.resolve())  # the official collective, same inputs
     return x, ref, counted.sent_bytes
@@ -92,7 +93,8 @@ def record_ring(world: int, numel: int, inputs: list[torch.Tensor] | None = None
     with trace.recording() as rec:
         results = run_threads(_rank_main, world, inputs, log, timeout=60.0)
     outputs = [r[0] for r in results]
-    chunks, _ = textbook_layout(numel, world)
+    cut = torch.arange(numel).tensor_split(world)  # the book's chunks: the first longer
+    chunks = [(int(c[0]), int(c[-1]) + 1) for c in cut]
     starts = {lo: c for c, (lo, hi) in enumerate(chunks)}
     sends = {r: log.sends(src=r) for r in range(world)}  # data messages, in posting order
     per_phase = world - 1
@@ -123,7 +125,7 @@ def record_ring(world: int, numel: int, inputs: list[torch.Tensor] | None = None
                     raise RuntimeError(
                         f"record_ring: rank {dst} received chunk {chunk} at step {k} but then "
                         f"sent chunk {starts[nxt.offset]} — expected the ring to forward the "
-                        "partial sum it just made (is minidp.comm.ring's schedule broken?)"
+                        "partial sum it just made (is the book's ring broken?)"
                     )
                 state[dst][chunk] = nxt.payload.clone()
         steps.append(Step(phase, k % per_phase, moves, before, [list(row) for row in state]))
@@ -136,7 +138,6 @@ def record_ring(world: int, numel: int, inputs: list[torch.Tensor] | None = None
         outputs=outputs,
         reference=[r[1] for r in results],
         data_bytes_sent=[log.bytes_sent(r, watched=True) for r in range(world)],
-        header_bytes_sent=[log.bytes_sent(r, watched=False) for r in range(world)],
         counted_bytes_sent=[r[2] for r in results],
         events=rec.events,
     )

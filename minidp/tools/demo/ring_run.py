@@ -47,11 +47,10 @@ class RingRun:
     chunks: list[tuple[int, int]]
     inputs: list[torch.Tensor]
     steps: list[Step]
-    outputs: list[torch.Tensor]  # minidp ring_all_reduce result, per rank
+    outputs: list[torch.Tensor]  # the book's ring_all_reduce result, per rank
     reference: list[torch.Tensor]  # torch.distributed.all_reduce result, per rank
-    data_bytes_sent: list[int]  # per rank: the chunks (what the algorithm moves)
-    header_bytes_sent: list[int]  # per rank: minidp's cross-rank call check
-    counted_bytes_sent: list[int]  # per rank: count_traffic's total (data + header)
+    data_bytes_sent: list[int]  # per rank: the chunks, as the tapped group saw them
+    counted_bytes_sent: list[int]  # per rank: count_traffic's total
     events: list[dict]  # trace events (sends/receives), for a Chrome trace
 
     @property

@@ -124,7 +124,7 @@ def render_intro(run: RingRun, style: Style) -> list[str]:
     lines = [
         style.bold(
             f"Ring all-reduce (sum) of {run.numel} integers on {run.world} ranks "
-            f"(threads with real gloo groups)"
+            f"(the book's ring, lesson 8; threads with real gloo groups)"
         ),
         f"  every rank sends only to the {neighbour}: {ring}",
         f"  the tensor is cut into {run.world} chunks (one per rank); "
@@ -161,29 +161,24 @@ def render_summary(run: RingRun, style: Style) -> list[str]:
     for r in range(n):
         lines.append(
             f"  {style.rank(r, f'rank {r}')} sent {run.data_bytes_sent[r]:>6d} bytes of chunks "
-            f"+ {run.header_bytes_sent[r]:>4d} bytes of header check "
             f"(count_traffic: {run.counted_bytes_sent[r]} bytes)"
         )
     lines.append(
         f"  chunks per rank = 2(n-1)/n {style.dot} S = 2*{n - 1}/{n} * {s} = {expect:g} bytes, "
         "nearly flat in n: the ring's point"
     )
-    # The protocol in words, sized from agree.py: tests/test_demo_ring.py checks that they
-    # add up to the header bytes measured above, so they cannot outlive a protocol change.
-    h = HEADER_BYTES
-    peers = "the other rank" if n == 2 else f"each of the other {n - 1} ranks, all at once"
+    # What the engine's ring adds on the wire, sized from agree.py
     lines += [
-        "  (header check: before any collective, minidp checks that every rank called the same"
-        f" one {style.dash}",
-        f"   every rank sends its {h}-byte header to {peers}: "
-        f"{n - 1}*{h} = {(n - 1) * h} bytes, one message latency)",
+        f"  (minidp.comm's ring adds one thing on the wire: a {HEADER_BYTES}-byte header in its "
+        f"first message to every other rank {style.dash}",
+        "   so that ranks calling different collectives raise the same error instead of hanging)",
     ]
     ok = run.equal
     verdict = style.done("torch.equal: True on every rank") if ok else "torch.equal: FALSE"
     lines += [
         "",
         style.bold("check against torch.distributed.all_reduce (gloo), same inputs"),
-        f"  minidp ring : {run.outputs[0].tolist()}",
+        f"  book's ring : {run.outputs[0].tolist()}",
         f"  torch       : {run.reference[0].tolist()}",
         f"  {verdict}",
     ]

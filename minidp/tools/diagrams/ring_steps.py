@@ -1,4 +1,4 @@
-"""``ring_steps.png``: minidp's ring all-reduce on 4 thread-ranks, one panel per step.
+"""``ring_steps.png``: the book's ring all-reduce on 4 thread-ranks, one panel per step.
 
 Replayed from the messages a tapped group logged — the same run as
 ``python -m minidp demo ring`` — and drawn as a rank x chunk grid: what arrived, what is
@@ -114,7 +114,7 @@ def draw(out: Path, quick: bool = False) -> Path:
         va="bottom",
     )
     fig.suptitle(
-        "Ring all-reduce on 4 real ranks (minidp.comm.ring_all_reduce, textbook layout): "
+        "Ring all-reduce on 4 real ranks (the book's ring, minidp.textbook.collectives): "
         "reduce-scatter, then all-gather",
         fontsize=12.5,
     )
