@@ -5,16 +5,18 @@
 Both run in rank *processes* (``minidp.launch.ProcessWorld``): their timelines are what
 one process per rank does, not threads taking turns on one interpreter.
 
-Ring: every rank runs minidp's ``ring_all_reduce`` (textbook layout: one message per
-chunk) through a *tapped* group (``minidp.trace.tap``) that logs every message with a copy
-of its payload and the time it was posted; the logs come back to this process. Nothing is
+Ring: every rank runs the book's ``ring_all_reduce`` (``minidp.textbook.collectives``, the
+page lesson 8 prints: one message per chunk, rank r sends to r-1) through a *tapped* group
+(``minidp.trace.tap``) that logs every message with a copy of its payload and the time it
+was posted; the logs come back to this process. Nothing is
 recomputed here: what every rank holds after step k is read from the messages themselves
 (a reduce-scatter partial sum is the payload the receiver sends next; an all-gather chunk
 is copied as is), then checked against the ring's result and against
 ``torch.distributed.all_reduce`` on the same inputs.
 
-Traffic: the parameter server (``naive_all_reduce``), then the ring, on the same tensor,
-each through a tapped group. Every message becomes a ``traffic message`` event: sender,
+Traffic: the engine's parameter server (``minidp.comm.naive_all_reduce``), then its ring, on
+the same tensor, each through a tapped group (the engine's: its header check is part of
+what this scene counts). Every message becomes a ``traffic message`` event: sender,
 receiver, bytes, the algorithm's step it belongs to, and whether it is minidp's header
 check before the collective (its tag says so) rather than the algorithm's data.
 
@@ -32,7 +34,7 @@ from minidp import trace
 from minidp.comm import group as groups
 from minidp.comm import naive_all_reduce, ring_all_reduce
 from minidp.comm.headers import HEADER_TAG
-from minidp.comm.ring import textbook_layout
+from minidp.textbook import collectives as book
 from minidp.tools.demo.ring import digits_per_rank, readable_inputs
 
 LANE = "classroom"  # scene events live on their own lane of each rank's track
@@ -47,11 +49,19 @@ def _ring_rank(rank: int, world: int, inputs: list[torch.Tensor]):
     log = trace.MessageLog()
     g = trace.tap(groups.resolve(), log, watch=x)
     with trace.recording() as rec:
-        ring_all_reduce(x, "sum", group=g, layout="textbook")
+        book.ring_all_reduce(x, "sum", group=g)
     ref = inputs[rank].clone()
     dist.all_reduce(ref, group=groups.resolve())  # the official collective, same inputs
     mine = [e for e in rec.events if e["name"] in ("send", "recv")]
     return x, ref, log.messages, mine
+
+
+def chunk_bounds(numel: int, world: int) -> list[tuple[int, int]]:
+    """The book's chunks, ``[lo, hi)`` each: ``tensor_split``'s (the first ``numel % world``
+    one longer), the cut its ring makes."""
+    sizes = [len(c) for c in torch.empty(numel).tensor_split(world)]
+    ends = [sum(sizes[: c + 1]) for c in range(world)]
+    return [(end - size, end) for size, end in zip(sizes, ends)]
 
 
 def ring_events(world, numel: int) -> list[dict]:
@@ -69,7 +79,7 @@ def ring_events(world, numel: int) -> list[dict]:
     for _, _, messages, mine in results:
         log.messages += messages
         events += mine
-    chunks, _ = textbook_layout(numel, n)
+    chunks = chunk_bounds(numel, n)
     chunk_at = {lo: c for c, (lo, _) in enumerate(chunks)}
     sends = {r: log.sends(src=r) for r in range(n)}  # data messages, posting order
     steps = 2 * (n - 1)
@@ -77,7 +87,7 @@ def ring_events(world, numel: int) -> list[dict]:
         raise RuntimeError("classroom ring: expected one chunk message per rank per step")
     end = max(m.ts for m in log.messages)
     # a step ends on a rank when its receive of that step has completed (the library's
-    # "recv" events; the header check's receives come before the collective's data)
+    # "recv" events: the book's ring makes exactly one per step)
     done = {r: sorted(e["ts"] for e in events if e["name"] == "recv" and e["pid"] == r)[-steps:]
             for r in range(n)}  # fmt: skip
     state = [[v.clone() for v in (x[lo:hi] for lo, hi in chunks)] for x in inputs]
