@@ -150,3 +150,18 @@ def test_first_messages_of_any_sizes_refuse_and_never_abort(numels):
     world = len(numels)
     for z in run_threads(_mixed_sizes_around_the_limit, world, numels, timeout=30):
         assert torch.equal(z, torch.full((3,), float(sum(range(world)))))
+
+
+@pytest.mark.parametrize(
+    "backend, room",
+    [
+        ("gloo", headers.PAYLOAD_BYTES),  # takes a message shorter than its receive buffer
+        ("cpu:gloo,cuda:nccl", headers.PAYLOAD_BYTES),  # the headers are host tensors: gloo
+        ("nccl", 0),  # a send and its receive must have one size: headers alone, exact
+        ("cuda:nccl", 0),
+    ],
+)
+def test_data_rides_on_the_header_only_where_the_headers_travel_on_gloo(monkeypatch, backend, room):
+    """Decided explicitly per backend (the NCCL side runs on a GPU box: tests/test_gpu.py)."""
+    monkeypatch.setattr(headers, "backend_of", lambda group: backend)
+    assert headers._room(object()) == room

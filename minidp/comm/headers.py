@@ -12,7 +12,8 @@ receives every header, so all reach the same verdict before anything else moves.
 Why it can never abort the process: gloo aborts when a message is *longer* than its
 receive buffer and accepts a shorter one. Every first message is received into a buffer
 of the largest one (header + ``PAYLOAD_BYTES``); a rank with more data sends the header
-alone, and nothing else until the headers agree.
+alone, and nothing else until the headers agree. (NCCL needs a send and its receive to
+have one size: there the headers travel alone, at their one size, and data after them.)
 
 Why it costs one latency, not two: gloo's send waits for the receiver to announce its
 receive (a rendezvous), so the *next* collective's receives are posted (parked) at the
@@ -31,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from minidp.comm import p2p, traffic
+from minidp.comm.device import backend_of, reads
 from minidp.comm.errors import CollectiveError
 
 HEADER_TAG = 1 << 30  # header messages never match data messages (those use small tags)
@@ -55,12 +57,11 @@ class _Posted:
 
 class _Mailbox:
     """A torch group's first messages on one channel: two receive buffer sets (one parked,
-    one being read), a send buffer, all ``header + PAYLOAD_BYTES`` bytes (rank-local)."""
+    one being read) and a send buffer, ``size`` bytes each (rank-local)."""
 
     __slots__ = ("sets", "send", "parked", "turn")
 
-    def __init__(self, rank: int, world: int, header_bytes: int) -> None:
-        size = header_bytes + PAYLOAD_BYTES
+    def __init__(self, rank: int, world: int, size: int) -> None:
         peers = [r for r in range(world) if r != rank]
         self.sets = [{r: torch.empty(size, dtype=torch.uint8) for r in peers} for _ in range(2)]
         self.send = torch.empty(size, dtype=torch.uint8)
@@ -78,17 +79,27 @@ def _ahead(group) -> bool:
     return isinstance(group, (dist.ProcessGroup, dist.ProcessGroupGloo))
 
 
+def _room(group) -> int:
+    """The data a first message may carry on ``group``: ``PAYLOAD_BYTES`` where the
+    headers (host memory) travel on gloo, which takes a message shorter than its receive
+    buffer; none on NCCL, whose send and receive must have one size."""
+    return PAYLOAD_BYTES if reads(backend_of(group), "cpu") else 0
+
+
 def exchange(
     group, mine: list[int], payload: torch.Tensor | None = None
 ) -> tuple[list[list[int]], dict[int, torch.Tensor] | None]:
     """Every rank's header (``mine``: ints, the same length on every rank; the table's rows
-    end with one more, the bytes of data each rank sent with it), on every rank; and, when
-    ``payload`` (1-D, contiguous, at most ``PAYLOAD_BYTES``) is given and the group carries
-    it, each peer's payload bytes (``{rank: uint8 view}``, valid until the next exchange
-    but one on this group and channel), else None."""
+    end with one more, the bytes of data each rank sent with it), on every rank; and each
+    peer's ``payload`` bytes (``{rank: uint8 view}``, valid until the next exchange but one
+    on this group and channel) if every rank's came with its header, else None (then the
+    collective sends its data itself). ``payload``: 1-D, contiguous, at most
+    ``PAYLOAD_BYTES``; it is carried if it is in host memory on a torch group on gloo."""
     rank, world = group.rank(), group.size()
     ahead = _ahead(group)
-    nbytes = 0 if payload is None or not ahead else payload.numel() * payload.element_size()
+    room = _room(group) if ahead else 0
+    carry = payload is not None and payload.is_cpu and room > 0
+    nbytes = payload.numel() * payload.element_size() if carry else 0
     mine = [*mine, nbytes]  # the header's last field: the bytes of data that follow it
     hb = 8 * len(mine)
     header = torch.tensor(mine, dtype=torch.int64)
@@ -103,7 +114,7 @@ def exchange(
     with _lock:
         box = _boxes.setdefault(group, {}).get(key)
         if box is None:
-            box = _boxes[group][key] = _Mailbox(rank, world, hb)
+            box = _boxes[group][key] = _Mailbox(rank, world, hb + room)
         posted, box.parked = box.parked, None
     if posted is None:  # the first exchange on this group and channel
         posted = box.post(group)
@@ -128,8 +139,8 @@ def exchange(
     with _lock:
         box.parked = parked
     p2p.wait_all(sends)  # the sends read the send buffer
-    if payload is None:
-        return table, None
+    if not nbytes or any(row[-1] != nbytes for row in table):
+        return table, None  # (a rank whose data is on another device sent none: no one uses it)
     return table, {r: b[hb : hb + nbytes] for r, b in posted.bufs.items()}
 
 
