@@ -5,7 +5,8 @@ through torch's DDP under ``torch_ddp.join()`` and through minidp's under
 ``minidp_ddp.join()``; after each of the rank's own steps, and after the context exits
 (the last rank to join broadcasts its model), every parameter and buffer must be
 ``torch.equal``. With ``throw_on_early_termination=True`` both raise, with the same
-message, on every rank.
+message, on every rank. ``no_sync``: each step accumulates one micro-batch locally first
+(the joined ranks shadow only the synchronized backward), at 2 and 3 ranks.
 
 Run: ``pytest tests/test_ddp_join.py``
 """
@@ -32,10 +33,12 @@ CASES = {
     "early_join_before_rebuild": (MLP, _mlp_data, (1, 3, 4, 2), {"bucket_cap_mb": 0.001}, {}, {}),
     "no_batches_at_all": (MLP, _mlp_data, (0, 2, 3, 1), {"bucket_cap_mb": 0.001}, {}, {}),
     "with_hook": (MLP, _mlp_data, (3, 1, 2, 4), {"bucket_cap_mb": 0.001}, {}, {"hook": True}),
+    # each step: a no_sync() micro-batch, then a synchronized one; joined ranks skip the first
+    "no_sync": (ConvBN, _conv_data, (2, 4, 3, 1), {"bucket_cap_mb": 0.001}, {}, {"micro": True}),
 }
 
 
-def _train(rank, ddp, module, batches, join_kwargs) -> tuple[list, str | None]:
+def _train(rank, ddp, module, batches, join_kwargs, micro=False) -> tuple[list, str | None]:
     """Train under join; snapshots after each step and at the end; the error text if any."""
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     snaps, error = [], None
@@ -47,6 +50,10 @@ def _train(rank, ddp, module, batches, join_kwargs) -> tuple[list, str | None]:
         with ddp.join(**kw):
             for x, y in batches:
                 opt.zero_grad()
+                if micro:  # half the batch accumulated locally, the other half synchronized
+                    with ddp.no_sync():
+                        F.mse_loss(ddp(x[::2]), y[::2]).backward()
+                    x, y = x[1::2], y[1::2]
                 F.mse_loss(ddp(x), y).backward()
                 opt.step()
                 snaps.append(copy.deepcopy(module))
@@ -72,8 +79,9 @@ def run_join(rank: int, world: int, name: str, join_override: dict | None = None
     if opts.get("hook"):
         ref.register_comm_hook(None, torch_hooks.allreduce_hook)
         mine.register_comm_hook(None, minidp_hooks.allreduce_hook)
-    ref_snaps, ref_err = _train(rank, ref, m_ref, batches, join_kwargs)
-    mine_snaps, mine_err = _train(rank, mine, m_mine, batches, join_kwargs)
+    micro = opts.get("micro", False)
+    ref_snaps, ref_err = _train(rank, ref, m_ref, batches, join_kwargs, micro)
+    mine_snaps, mine_err = _train(rank, mine, m_mine, batches, join_kwargs, micro)
     diffs = [d for i, (a, b) in enumerate(zip(ref_snaps, mine_snaps)) for d in _diffs(i, a, b)]
     return {
         "diffs": diffs[:10],

@@ -25,7 +25,7 @@ from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
 from minidp import trace
 from minidp.comm import group as groups
-from minidp.ddp import arguments, checks
+from minidp.ddp import arguments, checks, hooks
 from minidp.ddp.buckets import BucketCaps, broadcast_coalesced, bucket_of_params
 from minidp.ddp.join import DDPJoinHook, announce_sync, common_rank
 from minidp.ddp.logger import Logger
@@ -258,8 +258,7 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
 
     def register_comm_hook(self, state: object, hook: Callable) -> None:
         """Reduce each bucket with ``hook(state, bucket) -> Future[Tensor]`` (once; hooks.py)."""
-        if not callable(hook):
-            raise TypeError(f"register_comm_hook: hook must be callable, got {hook!r}")
+        hooks.check_hook(hook)  # what torch's refuses
         if self.reducer.comm_hook is not None:
             raise RuntimeError(
                 "register_comm_hook: a communication hook is already registered — expected "

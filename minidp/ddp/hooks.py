@@ -4,14 +4,18 @@ torch's ``ddp.register_comm_hook(state, hook)``, ``hook(state, bucket) -> Future
 (the reduced flat buffer); gradients then come unscaled and the hook averages
 (``allreduce_hook`` divides first, as torch's, so the bits match). Unlike torch's, hooks
 run on DDP's comm thread, where minidp's blocking collectives are harmless, so a completed
-Future will do (:func:`all_reduce_future`). ``state=None``: DDP's group.
+Future will do (:func:`all_reduce_future`). ``state=None``: DDP's group. torch's own hooks
+(``torch.distributed.algorithms.ddp_comm_hooks``: the default ones, PowerSGD) run on
+minidp's DDP as they are; a bf16 hook is refused without CUDA and NCCL, as torch refuses it.
 
-Try: ``python -m minidp demo ddp``; test: ``pytest tests/test_ddp.py -k hook``
+Try: ``python -m minidp demo ddp``; test: ``pytest tests/test_ddp.py -k hook
+tests/test_ddp_moves.py``
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from minidp.comm import all_reduce
 from minidp.comm import group as groups
@@ -70,10 +74,12 @@ def allreduce_hook(process_group, bucket: GradBucket) -> torch.futures.Future:
     return all_reduce_future(buffer, group)
 
 
-def _compress_hook(dtype: torch.dtype, process_group, bucket: GradBucket):
+def fp16_compress_hook(process_group, bucket: GradBucket) -> torch.futures.Future:
+    """Cast to float16, divide by the world size, all-reduce, cast back: half the bytes, at
+    the price of float16 rounding (about 3 digits) of each gradient and partial sum."""
     group = groups.resolve(process_group)
     buffer = bucket.buffer()
-    compressed = buffer.to(dtype).div_(group.size())  # (numel,) half the bytes on the wire
+    compressed = buffer.to(torch.float16).div_(group.size())  # (numel,) half the bytes
 
     def decompress(fut: torch.futures.Future) -> torch.Tensor:
         buffer.copy_(fut.value())  # back to the bucket's dtype, in place (no extra memory)
@@ -82,12 +88,21 @@ def _compress_hook(dtype: torch.dtype, process_group, bucket: GradBucket):
     return all_reduce_future(compressed, group).then(decompress)
 
 
-def fp16_compress_hook(process_group, bucket: GradBucket) -> torch.futures.Future:
-    """Cast to float16, divide by the world size, all-reduce, cast back: half the bytes, at
-    the price of float16 rounding (about 3 digits) of each gradient and partial sum."""
-    return _compress_hook(torch.float16, process_group, bucket)
-
-
-def bf16_compress_hook(process_group, bucket: GradBucket) -> torch.futures.Future:
-    """Like :func:`fp16_compress_hook` with bfloat16 (float32's range, 2-3 digits)."""
-    return _compress_hook(torch.bfloat16, process_group, bucket)
+def check_hook(hook) -> None:
+    """Refuse what torch's ``register_comm_hook`` refuses: not callable; a bf16 hook (by its
+    name, as torch decides) without CUDA and NCCL 2.10+ (or XPU and XCCL)."""
+    if not callable(hook):
+        raise TypeError(
+            f"Communication hook must be callable, got {hook!r}. Hint: pass the function, "
+            "e.g. ddp.register_comm_hook(None, allreduce_hook)"
+        )
+    if getattr(hook, "__name__", "") in ("bf16_compress_hook", "bf16_compress_wrapper_hook"):
+        nccl = dist.is_nccl_available() and torch.cuda.nccl.version() >= (2, 10)
+        cuda = torch.version.cuda is not None or torch.version.hip is not None
+        xccl = getattr(dist, "is_xccl_available", lambda: False)() and torch.xpu.is_available()
+        if not ((cuda and nccl) or xccl):
+            raise TypeError(
+                "BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+ or XPU "
+                "and XCCL. Hint: on CPU (gloo) use fp16_compress_hook, which halves the "
+                "bytes too"
+            )
