@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import sys
 
+from fault_cases_launch import is_alive
 from lesson_runs import LessonRuns
 
 from minidp.launch.leftovers import children_of
-from minidp.tools.bench.fault_cases_launch import is_alive
 
 # A lesson that hangs, having started a process in a session of its own that shares its
 # output (as jupyter_client starts a kernel).

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from fault_cases_launch import ctrl_c_during, orphans_after_parent_killed
+from fault_scripts import SCRIPTS, run_script
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from minidp.launch import ProcessWorld, WorkerError, child_processes, launch, run_threads, spawn
-from minidp.tools.bench.fault_cases_launch import ctrl_c_during, orphans_after_parent_killed
-from minidp.tools.bench.fault_scripts import SCRIPTS, run_script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ def test_every_launcher_has_the_same_timeout_parameter_and_default():
 
 
 # ---- scripts: a missing __main__ guard, a function that lives only in __main__ ----------
-# (the scripts and how they are run: minidp/tools/bench/fault_scripts.py, also bench rows)
+# (the scripts and how they are run: tests/fault_scripts.py, also rows of the fault catalog)
 
 
 def test_script_without_main_guard_is_one_clear_line(tmp_path):
@@ -149,7 +149,7 @@ def _dataset() -> TensorDataset:
 def _loader(rank: int, world: int, workers: int) -> DataLoader:
     sampler = DistributedSampler(_dataset(), num_replicas=world, rank=rank, shuffle=False)
     # "fork": workers start at once (the default in a rank is "spawn", as under torch's
-    # spawn: each worker imports torch; bench faults runs that case)
+    # spawn: each worker imports torch; the fault catalog runs that case)
     context = "fork" if workers else None
     return DataLoader(
         _dataset(), batch_size=2, sampler=sampler, num_workers=workers,

@@ -1,12 +1,15 @@
-"""Benchmark: inject faults and bad inputs, time how long until a clear error, check leaks.
+"""Benchmark: a rank fails, stalls or falls out of step — how long until a clear error?
 
-Run: ``python -m minidp bench faults`` (about 3 minutes on 2 cores; ``--only WORD`` runs
-the matching rows, ``--no-cost`` skips the checked-mode measurement, ``--help``).
+Run: ``python -m minidp bench faults`` (about 20 s on 2 cores, then checked mode's cost;
+``--only WORD`` runs the matching rows, ``--no-cost`` skips the cost, ``--help``).
 
-Every row starts a FRESH world (real processes, or a thread world of real gloo groups;
-"local" rows need none), injects one fault or one bad input, and records:
+A teacher's few cases, each in a FRESH world (real rank processes, or a thread world of
+real gloo groups), timed from the call into the world (start-up excluded) to the
+exception: a rank that raises, one SIGKILLed in the middle of a 64 MiB ring all-reduce,
+one that sleeps past a 2 s collective timeout (its time is the timeout, by design), and
+two ranks whose all-reduces are swapped — silently wrong in plain mode, refused in checked
+mode (``MINIDP_DEBUG=DETAIL``) — or disagree on the op. Each row records:
 
-* **seconds** from the call into the world (start-up excluded) to the exception;
 * the **root cause** the launcher named (``WorkerError.rank``, its exception or signal)
   and the first line of its message; what the other ranks did;
 * **hung?** every row has a backstop deadline; a row that reaches it says so;
@@ -15,160 +18,125 @@ Every row starts a FRESH world (real processes, or a thread world of real gloo g
 * a **verdict**: "clear" when the error is the one a learner can act on (the expected
   type and wording), otherwise what went wrong (an unclear error, a silently wrong result).
 
-Stall rows use a 2 s collective timeout, so their time is the timeout by design; deaths
-and mismatches should take milliseconds (plus the launcher's 1 s grace when a survivor is
-still blocked).
+Then the cost of checked mode (``minidp.comm.checked()``): median time of one ring
+all-reduce with and without it, 2 rank processes, several sizes; the two take turns
+repetition by repetition, each repetition counts the slowest rank.
 
-Then the cost of checked mode (``minidp.comm.checked()``, ``MINIDP_DEBUG=DETAIL``): median
-time of one ring all-reduce with and without it, 2 rank processes, several sizes; the
-two take turns repetition by repetition, each repetition counts the slowest rank.
-
-Not a test: ``pytest tests/test_faults.py`` checks the same behaviours.
+Not a test: ``pytest tests/test_faults.py`` checks these behaviours, and every other fault
+and bad input a review found runs in ``pytest -m slow tests/test_fault_catalog.py`` (the
+same runner, ``run_fault``, over the whole catalog in ``tests/fault_cases*.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
+import datetime
 import os
 import platform
-import re
+import signal
 import sys
 import threading
 import time
-from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch import nn
 
-from minidp.launch import ProcessWorld, WorkerError, child_processes, run_threads
-from minidp.launch.errors import Failure
+import minidp
+from minidp.comm import all_reduce
+from minidp.launch import ProcessWorld
 from minidp.tools.bench.args import positive_float, positive_int
 from minidp.tools.bench.checked_cost import checked_cost, cost_table
-from minidp.tools.bench.fault_cases import BACKSTOP_S, FAULTS, TIMEOUT_S, Fault
-from minidp.tools.bench.fault_cases import (  # re-exported: tests reuse the SIGKILL injector
-    killed_mid_all_reduce as killed_mid_all_reduce,
-)
-from minidp.tools.bench.fault_cases_comm import COMM_FAULTS
-from minidp.tools.bench.fault_cases_launch import LAUNCH_FAULTS
+from minidp.tools.bench.fault_runner import STALL_S, Fault, run_fault, table
 
-# ---- running one row ----------------------------------------------------------------------
+KILL_NUMEL = 16 << 20  # 64 MiB of float32: the all-reduce rank 1 dies in
+KILL_AFTER = 8 << 20  # ... once it has sent 8 MiB
 
 
-@dataclasses.dataclass
-class Outcome:
-    fault: Fault
-    seconds: float
-    raised: str  # "ValueError", "signal SIGKILL", "none"
-    first_line: str
-    others: str
-    hung: bool
-    leftovers: int
-    verdict: str
+# ---- rank functions (module level: they travel to the rank processes) ---------------------
 
 
-def _rank_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith("minidp-world")}
+def _ddp_step_raises(rank, world):
+    """DDP steps; at step 2 rank 1 raises (its peer is inside the next all-reduce)."""
+    ddp = minidp.DistributedDataParallel(nn.Linear(16, 4))
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(rank))
+    for step in range(4):
+        if rank == 1 and step == 2:
+            raise ValueError(f"bad batch on rank {rank} at step {step}")
+        ddp(x).square().mean().backward()
 
 
-@contextlib.contextmanager
-def _environ(extra: dict) -> Any:
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def _die_when(traffic, done: threading.Event) -> None:
+    while not done.is_set():
+        if traffic.sent_bytes >= KILL_AFTER:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.0005)
 
 
-def _what(f: Failure) -> str:
-    """What one rank did, in a few words."""
-    return f.exc_type or ("still running" if f.stuck else f"exit {f.exitcode}")
+def killed_mid_all_reduce(rank: int, world: int) -> None:
+    """Rank 1 SIGKILLs itself once it has sent KILL_AFTER bytes of a KILL_NUMEL all-reduce."""
+    x = torch.ones(KILL_NUMEL)
+    done = threading.Event()
+    with minidp.comm.count_traffic() as traffic:
+        if rank == 1:
+            threading.Thread(target=_die_when, args=(traffic, done), daemon=True).start()
+        try:
+            minidp.comm.ring_all_reduce(x)
+        finally:
+            done.set()
 
 
-def _summarise(exc: BaseException) -> tuple[str, str, str]:
-    """(what the root cause raised, the error's first line, what the others did)."""
-    if not isinstance(exc, WorkerError):  # a script row names what the script raised
-        raised = getattr(exc, "raised", type(exc).__name__)
-        return raised, f"{type(exc).__name__}: {str(exc).splitlines()[0]}", ""
-    first = str(exc).splitlines()[0]
-    raised = exc.exc_type or first.split(" was killed by ")[-1].split(" (")[0]
-    if exc.exitcode is not None and exc.exitcode >= 0:
-        raised = f"exit code {exc.exitcode}"
-    if exc.failures[0].stuck:
-        raised = "still running"
-    raised = f"rank {exc.rank}: {raised}"
-    others = [f"{f.rank}: {_what(f)}" for f in exc.failures[1:]]
-    # the launcher's note on ranks it stopped (process world) or that outlived the thread
-    # world's deadline; when nobody raised, those ranks are the failures listed above
-    stopped = re.search(r"still running[^:\n]*: \[([\d, ]*)\]", str(exc))
-    if stopped and stopped.group(1) and not exc.failures[0].stuck:
-        others.append(f"stopped: [{stopped.group(1)}]")
-    return raised, first, "; ".join(others)
+def _sleeps_past_the_timeout(rank, world):
+    group = dist.new_group(timeout=datetime.timedelta(seconds=STALL_S))
+    if rank == 1:
+        time.sleep(STALL_S + 1.0)  # never calls: rank 0's all-reduce waits for it
+        return
+    all_reduce(torch.ones(4), group=group)
 
 
-def run_fault(fault: Fault) -> Outcome:
-    before_procs, before_threads = child_processes(), _rank_threads()
-    results, error = None, None
-    world = None
-    if fault.world == "processes":
-        with _environ(fault.env):
-            world = ProcessWorld(fault.size, timeout=TIMEOUT_S)
-    t0 = time.perf_counter()
-    try:
-        if world is not None:
-            results = world.run(fault.fn, *fault.args, timeout=fault.run_timeout)
-        elif fault.world == "threads":
-            results = run_threads(fault.fn, fault.size, *fault.args, timeout=TIMEOUT_S)
-        else:
-            results = [fault.fn(*fault.args)]
-    except Exception as exc:  # the row's outcome, whatever it is
-        error = exc
-    seconds = time.perf_counter() - t0
-    if world is not None:
-        world.close(kill=True)
-    time.sleep(0.05)  # let killed children be reaped before counting
-    leftovers = len(child_processes() - before_procs) + len(_rank_threads() - before_threads)
-    if error is None:
-        verdict = fault.on_success(results) if fault.on_success else "no error"
-        return Outcome(fault, seconds, "none", "", "", False, leftovers, verdict)
-    raised, first, others = _summarise(error)
-    # the backstop's words (ProcessWorld.run's deadline, or the thread world's)
-    backstops = {BACKSTOP_S, TIMEOUT_S} | {t for t in [fault.run_timeout] if t and t > BACKSTOP_S}
-    hung = any(f"at the {s:g}s deadline" in str(error) for s in backstops)
-    clear = re.search(fault.expect, first) is not None
-    verdict = "clear" if clear else "UNCLEAR"
-    if hung:
-        verdict = "HUNG (stopped by the backstop)"
-    elif not fault.stall and fault.world != "local" and seconds >= 0.9 * TIMEOUT_S:
-        verdict += f"; a rank waited for the {TIMEOUT_S:g} s timeout"
-    return Outcome(fault, seconds, raised, first, others, hung, leftovers, verdict)
+def swapped(rank, world):
+    """Rank 0 all-reduces a then b, rank 1 b then a: the same headers, swapped tensors, called
+    from other lines (what checked mode compares)."""
+    a = torch.full((4,), 1.0 + rank)
+    b = torch.full((4,), 10.0 * (rank + 1))
+    if rank == 0:
+        all_reduce(a)
+        all_reduce(b)
+    else:
+        all_reduce(b)
+        all_reduce(a)
+    return float(a[0])
 
 
-def _cell(text: str, width: int) -> str:
-    text = text.replace("|", "\\|")
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _ops_differ(rank, world):
+    all_reduce(torch.ones(4), op="max" if rank == 1 else "sum")
 
 
-def table(outcomes: list[Outcome]) -> str:
-    lines = [
-        "| # | kind | fault or bad input | world | root cause | first line of the error | "
-        "other ranks | s to error | hung? | leftovers | verdict |",
-        "|---:|---|---|---|---|---|---|---:|---|---:|---|",
-    ]
-    for i, o in enumerate(outcomes, 1):
-        f = o.fault
-        world = "local" if f.world == "local" else f"{f.size} {f.world}"
-        lines.append(
-            f"| {i} | {f.category} | {_cell(f.name, 60)} | {world} | {_cell(o.raised, 24)} | "
-            f"{_cell(o.first_line, 110)} | {_cell(o.others, 50)} | {o.seconds:.2f} | "
-            f"{'YES' if o.hung else 'no'} | {o.leftovers} | {o.verdict} |"
-        )
-    return "\n".join(lines)
+# ---- the rows ---------------------------------------------------------------------------
+
+
+def silent_pairing(results: list) -> str:
+    return f"no error, WRONG RESULT: a = {results[0]:g} on rank 0 (right: 3)"
+
+
+DETAIL = {"MINIDP_DEBUG": "DETAIL"}
+FAULTS = [
+    Fault("fault", "rank raises ValueError at DDP step 2", "processes", 2, _ddp_step_raises,
+          (), r"rank 1 raised ValueError: bad batch"),
+    Fault("fault", "rank SIGKILLed mid 64 MiB ring all-reduce", "processes", 3,
+          killed_mid_all_reduce, (), r"rank 1 was killed by signal SIGKILL"),
+    Fault("fault", f"rank sleeps past a {STALL_S:g} s collective timeout", "processes", 2,
+          _sleeps_past_the_timeout, (),
+          r"rank 0 raised CollectiveTimeout: .*waiting to recv from rank 1", stall=True),
+    Fault("desync", "same-shape all-reduces swapped, plain mode", "threads", 2, swapped,
+          (), r"MismatchError", on_success=silent_pairing),
+    Fault("desync", "same-shape all-reduces swapped, MINIDP_DEBUG=DETAIL", "processes", 2,
+          swapped, (), r"MismatchError: all_reduce \(checked mode\): (ranks are out of step|"
+          r".*different lines)",
+          env=DETAIL),
+    Fault("desync", "op sum vs max", "threads", 2, _ops_differ, (),
+          r"MismatchError: .*op max.*op sum"),
+]  # fmt: skip
 
 
 # ---- main ---------------------------------------------------------------------------------
@@ -191,8 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--budget", type=positive_float, default=2.0, help="seconds per size (2)")
     args = p.parse_args(argv)
-    rows = FAULTS + LAUNCH_FAULTS + COMM_FAULTS
-    faults = [f for f in rows if args.only.lower() in f.name.lower()]
+    faults = [f for f in FAULTS if args.only.lower() in f.name.lower()]
     print(
         f"faults benchmark on {platform.machine()} with {os.cpu_count()} CPU cores, torch "
         f"{torch.__version__}, gloo over loopback; {len(faults)} rows, each in a fresh world",

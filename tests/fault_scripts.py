@@ -1,6 +1,7 @@
 """The scripts of the launcher's fault rows, and how they are run: each in a fresh interpreter.
 
-Run: ``python -m minidp bench faults --only launch`` (the rows in ``fault_cases_launch.py``).
+Run: ``pytest -m slow tests/test_fault_catalog.py -k launch`` (the rows in
+``fault_cases_launch.py``).
 
 How Python was started is the fault being tested (no ``__main__`` guard, a rank function
 typed into ``python -c`` or stdin, a stall under ``torchrun``, a parent killed under

@@ -1,14 +1,13 @@
-"""The collectives' and DDP's rows of ``python -m minidp bench faults`` from the second
-reliability round: user collectives inside DDP's backward, subgroup ranks, a mistyped
-``MINIDP_DEBUG``, expanded tensors, complex parameters, mismatched buffers, a rank that
-changed directory, NaN under ``max``.
+"""The collectives' and DDP's rows of the fault catalog, from the second reliability round:
+user collectives inside DDP's backward, subgroup ranks, a mistyped ``MINIDP_DEBUG``,
+expanded tensors, complex parameters, mismatched buffers, a rank that changed directory,
+NaN under ``max``.
 
-Run: ``python -m minidp bench faults --only comm:`` (or ``--only DDP:``).
+Run: ``pytest -m slow tests/test_fault_catalog.py -k "comm or DDP"``.
 
 Rows whose right answer is a result check it against gloo (the same call on the same
-inputs) or against a property torch guarantees (DDP: the same gradients every step).
-
-Test: the same behaviours are tested against torch in ``tests/test_collectives.py``,
+inputs) or against a property torch guarantees (DDP: the same gradients every step). The
+same behaviours are tested against torch in ``tests/test_collectives.py``,
 ``tests/test_ddp*.py`` and ``tests/test_faults.py``.
 """
 
@@ -22,13 +21,14 @@ import warnings
 
 import torch
 import torch.distributed as dist
+from fault_cases import like_torch
+from fault_scripts import ScriptFailed, subprocess_env
 from torch import nn
 
 import minidp
 from minidp.comm import all_reduce
 from minidp.comm import group as groups
-from minidp.tools.bench.fault_cases import Fault, like_torch
-from minidp.tools.bench.fault_scripts import ScriptFailed, subprocess_env
+from minidp.tools.bench.fault_runner import Fault
 
 # ---- rank functions -------------------------------------------------------------------
 

@@ -1,15 +1,13 @@
-"""The launcher's and DataParallel's rows of ``python -m minidp bench faults``.
+"""The launcher's and DataParallel's rows of the fault catalog.
 
-Run: ``python -m minidp bench faults --only launch`` (or any word of a row's name).
+Run: ``pytest -m slow tests/test_fault_catalog.py -k launch`` (or any word of a row's name).
 
 Bad arguments to the launchers, scripts started the wrong way (no ``__main__`` guard, a
 rank function typed into ``python -c`` or stdin), Ctrl-C caught by a notebook, a parent
 killed under ranks with DataLoader workers, a thread rank that never returns, a stall
 under ``torchrun``, and DataParallel inputs torch would silently cut. The scripts, and
-running them in a fresh interpreter, live in ``fault_scripts.py``.
-
-Test: ``pytest tests/test_reliability_launch.py`` (it reuses the scripts and the Ctrl-C
-injector defined here).
+running them in a fresh interpreter, live in ``fault_scripts.py``;
+``tests/test_reliability_launch.py`` reuses them and the Ctrl-C injector defined here.
 """
 
 from __future__ import annotations
@@ -26,12 +24,13 @@ import time
 from pathlib import Path
 
 import torch
+from fault_cases import like_torch
+from fault_scripts import SCRIPTS, script, subprocess_env
 from torch import nn
 
 import minidp
 from minidp.launch import ProcessWorld, child_processes, run_threads, spawn
-from minidp.tools.bench.fault_cases import Fault, like_torch
-from minidp.tools.bench.fault_scripts import SCRIPTS, script, subprocess_env
+from minidp.tools.bench.fault_runner import Fault
 
 
 def is_alive(pid: int) -> bool:
