@@ -69,6 +69,8 @@ def _rank(rank, world, x, r, sizes, momentum, steps, affine=True):
         ([2, 4, 1], (6,), 0.1),  # 3-D (N, C, L), W = 3
         ([4, 2], (3, 2), None),  # 4-D, cumulative running average
         ([1, 2, 3], (2, 2, 2), 0.3),  # 5-D, W = 3
+        ([3, 0, 4], (3, 2), 0.1),  # 4-D, W = 3, rank 1's batch empty (main: refused)
+        ([0, 5], (), None),  # 2-D, rank 0's batch empty: rank 1's statistics are the batch's
     ],
 )
 def test_matches_batchnorm_on_the_full_batch(sizes, spatial, momentum):
@@ -253,9 +255,9 @@ def test_no_affine_and_convert_sync_batchnorm_keeps_state():
     ]
 
 
-def _empty_rank(rank, world):
+def _one_value_in_all(rank, world):
     bn = minidp.SyncBatchNorm(3)
-    return bn(torch.randn(0 if rank == 1 else 4, 3))
+    return bn(torch.randn(1 if rank == 1 else 0, 3))
 
 
 def _channel_mismatch(rank, world):
@@ -263,9 +265,13 @@ def _channel_mismatch(rank, world):
     return bn(torch.randn(4, 3 + rank))
 
 
-def test_a_rank_with_an_empty_batch_fails_on_every_rank():
-    with pytest.raises(WorkerError, match=r"at least one sample .* got counts \[4, 0\]"):
-        run_threads(_empty_rank, 2, timeout=20)
+def test_one_value_per_channel_over_all_ranks_is_refused_as_batchnorm_refuses_it():
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
+        nn.BatchNorm1d(3)(torch.randn(1, 3))  # the full batch, in one process
+    with pytest.raises(
+        WorkerError, match=r"Expected more than 1 value per channel .* got 1 over every rank"
+    ):
+        run_threads(_one_value_in_all, 2, timeout=20)
 
 
 def test_a_channel_mismatch_names_the_channels():

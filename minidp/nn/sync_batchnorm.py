@@ -2,7 +2,8 @@
 
 Each rank's BatchNorm sees only its slice of the batch; this one combines every rank's
 count, mean and squared deviations (Chan's formula, in float64) into the whole batch's
-statistics, as ``nn.BatchNorm`` on the full batch (torch's refuses CPU tensors).
+statistics, as ``nn.BatchNorm`` on the full batch (torch's refuses CPU tensors). A rank
+whose batch is empty takes part with a count of 0, as torch's does.
 
 Test: ``pytest tests/test_sync_batchnorm.py``; lesson: ``python lessons/24_sync_batchnorm.py``
 """
@@ -36,11 +37,11 @@ def _global_stats(x: torch.Tensor, group) -> tuple[torch.Tensor, torch.Tensor, t
             f"{channels} (rank -> C). Hint: every rank must run the same model on inputs "
             "of shape (N, C, ...)."
         )
-    if min(counts) == 0:
+    if sum(counts) <= 1:  # a rank may be empty (its zeros weigh nothing), not the whole batch
         raise ValueError(
-            f"SyncBatchNorm: expected at least one sample per channel on every rank in "
-            f"training; got counts {counts} (rank -> N * spatial). Hint: drop or pad the last "
-            "uneven batch (DistributedSampler(drop_last=True)), or run eval mode."
+            f"SyncBatchNorm: Expected more than 1 value per channel when training, got "
+            f"{sum(counts)} over every rank (counts {counts}, rank -> N * spatial). Hint: "
+            "train with batches of 2 or more samples in all, or run eval mode."
         )
     part = torch.cat([mean, m2])  # (2C,)
     parts = [torch.empty_like(part) for _ in range(world)]
