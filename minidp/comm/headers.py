@@ -46,30 +46,35 @@ _lock = threading.Lock()  # DDP's communication thread and the user's exchange c
 
 
 class _Posted:
-    """One exchange's receives, one per peer, into ``bufs`` (rank-local)."""
+    """One exchange's receives, one per peer, into ``bufs`` (rank-local); ``heads``: the
+    headers' int64 fields in them, as numpy views (reading one is a list, not a tensor op)."""
 
-    __slots__ = ("bufs", "recvs")
+    __slots__ = ("bufs", "heads", "recvs")
 
-    def __init__(self, group, bufs: dict[int, torch.Tensor], tag: int) -> None:
-        self.bufs = bufs
+    def __init__(self, group, bufs: dict[int, torch.Tensor], heads: dict, tag: int) -> None:
+        self.bufs, self.heads = bufs, heads
         self.recvs = [p2p.irecv(b, r, group, tag) for r, b in bufs.items()]
 
 
 class _Mailbox:
     """A torch group's first messages on one channel: two receive buffer sets (one parked,
-    one being read) and a send buffer, ``size`` bytes each (rank-local)."""
+    one being read) and a send buffer, ``hb + room`` bytes each (rank-local)."""
 
-    __slots__ = ("sets", "send", "parked", "turn")
+    __slots__ = ("sets", "heads", "send", "send_head", "parked", "turn")
 
-    def __init__(self, rank: int, world: int, size: int) -> None:
+    def __init__(self, rank: int, world: int, hb: int, room: int) -> None:
         peers = [r for r in range(world) if r != rank]
-        self.sets = [{r: torch.empty(size, dtype=torch.uint8) for r in peers} for _ in range(2)]
-        self.send = torch.empty(size, dtype=torch.uint8)
+        self.sets = [{r: torch.empty(hb + room, dtype=torch.uint8) for r in peers} for _ in "ab"]
+        self.heads = [
+            {r: b[:hb].view(torch.int64).numpy() for r, b in bufs.items()} for bufs in self.sets
+        ]
+        self.send = torch.empty(hb + room, dtype=torch.uint8)
+        self.send_head = self.send[:hb].view(torch.int64).numpy()  # (hb / 8,) int64
         self.parked: _Posted | None = None
         self.turn = 0  # the set the next receives go into
 
     def post(self, group) -> _Posted:
-        posted = _Posted(group, self.sets[self.turn], AHEAD_TAG)
+        posted = _Posted(group, self.sets[self.turn], self.heads[self.turn], AHEAD_TAG)
         self.turn = 1 - self.turn
         return posted
 
@@ -102,10 +107,10 @@ def exchange(
     nbytes = payload.numel() * payload.element_size() if carry else 0
     mine = [*mine, nbytes]  # the header's last field: the bytes of data that follow it
     hb = 8 * len(mine)
-    header = torch.tensor(mine, dtype=torch.int64)
     if not ahead:  # a wrapper: the plain exchange, headers only
+        header = torch.tensor(mine, dtype=torch.int64)
         bufs = {r: torch.empty_like(header) for r in range(world) if r != rank}
-        posted = _Posted(group, bufs, HEADER_TAG)
+        posted = _Posted(group, bufs, {}, HEADER_TAG)
         sends = [p2p.isend(header, r, group, HEADER_TAG) for r in posted.bufs]
         p2p.wait_all(posted.recvs)
         p2p.wait_all(sends)
@@ -114,7 +119,7 @@ def exchange(
     with _lock:
         box = _boxes.setdefault(group, {}).get(key)
         if box is None:
-            box = _boxes[group][key] = _Mailbox(rank, world, hb + room)
+            box = _boxes[group][key] = _Mailbox(rank, world, hb, room)
         posted, box.parked = box.parked, None
     if posted is None:  # the first exchange on this group and channel
         posted = box.post(group)
@@ -122,16 +127,14 @@ def exchange(
         for w in posted.recvs:
             w.group = group  # parked without it (see _boxes)
     message = box.send[: hb + nbytes]
-    message[:hb].view(torch.int64).copy_(header)
+    box.send_head[:] = mine
     if nbytes:
         message[hb:].copy_(payload.view(torch.uint8))
     sends = [p2p.isend(message, r, group, AHEAD_TAG) for r in posted.bufs]
     for w in posted.recvs:
         w.nbytes = hb  # counted as a header on arrival; the data it carried, below
         w.wait()
-    table = [
-        mine if r == rank else posted.bufs[r][:hb].view(torch.int64).tolist() for r in range(world)
-    ]
+    table = [mine if r == rank else posted.heads[r].tolist() for r in range(world)]
     traffic.add("recv", sum(row[-1] for row in table) - nbytes, messages=0)
     parked = box.post(group)  # the next exchange's receives, announced while this call goes on
     for w in parked.recvs:

@@ -27,6 +27,7 @@ from minidp.comm import group as groups
 MESSAGE_BYTES = 2 << 20  # largest message the pipelined ring sends
 
 
+@functools.lru_cache(maxsize=256)  # asked for on every call; the list is shared: read only
 def gloo_layout(numel: int, element_size: int, world: int) -> tuple[list[tuple[int, int]], int]:
     """Chunk ranges ``[(start, end)] * world`` and the segment length, in elements, as gloo.
 
