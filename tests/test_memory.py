@@ -29,6 +29,7 @@ import copy
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -171,6 +172,26 @@ def test_fsdp_step_traffic_is_counted():
         for rank, s in enumerate(sent):
             assert s["fsdp"] > 0, f"rank {rank}: FSDP's traffic not counted"
             assert s["fsdp"] == pytest.approx(1.5 * s["ddp"], rel=0.06), (world, rank, s)
+
+
+def _fsdp_usage(rank: int, world: int) -> int:
+    x, y = torch.ones(3, 4), torch.zeros(3, 2)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    return step_and_measure(
+        "fsdp", model, x, y, torch.nn.functional.mse_loss, torch.optim.SGD
+    ).total
+
+
+def test_stages_on_a_thread_world_do_not_warn_about_training_loops():
+    """stages.py counts bytes of FSDP on thread worlds, where the shards are plain tensors:
+    the warning meant for training loops there (PlainShardsWarning) is filtered for this
+    module only — any other would raise here (the filter once named a module that had
+    moved, and the warning reached every caller)."""
+    from minidp.fsdp.dtensor import PlainShardsWarning
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=PlainShardsWarning, append=True)
+        assert all(total > 0 for total in run_threads(_fsdp_usage, 2))
 
 
 # ---- the planner -----------------------------------------------------------------------------

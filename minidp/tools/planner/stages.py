@@ -16,6 +16,7 @@ Test: ``pytest tests/test_memory.py``
 from __future__ import annotations
 
 import copy
+import re
 import warnings
 from collections.abc import Callable
 
@@ -26,11 +27,6 @@ from minidp.fsdp.dtensor import PlainShardsWarning
 from minidp.tools.planner.memory import Usage, measure
 
 STAGE_ORDER = ("ddp", "zero1", "zero2", "fsdp")
-
-
-# Thread worlds shard into plain tensors (no torch mesh): fine for counting bytes, which is
-# all this file does with them, so the warning meant for training loops is not shown here.
-warnings.filterwarnings("ignore", category=PlainShardsWarning, module=r"minidp\.zero\.stages")
 
 
 def build(stage: str, model: torch.nn.Module, optimizer_class: type, **options):
@@ -51,6 +47,12 @@ def build(stage: str, model: torch.nn.Module, optimizer_class: type, **options):
         return model, Zero2Optimizer(model.parameters(), optimizer_class, **options)
     if stage == "fsdp":
         from minidp.fsdp import fully_shard
+
+        # Thread worlds shard into plain tensors (no torch mesh): fine for counting bytes, all
+        # this file does with them, so the warning meant for training loops is not shown for
+        # this module's calls. Set at each call: a filter set at import does not outlive a
+        # test runner's reset of the filters.
+        warnings.filterwarnings("ignore", category=PlainShardsWarning, module=re.escape(__name__))
 
         for child in model.children():
             if any(True for _ in child.parameters()):
