@@ -13,6 +13,7 @@ import inspect
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from minidp.comm import all_gather
 
@@ -102,16 +103,30 @@ def param_list(who: str, params: Any) -> list:
     return out
 
 
-def check_no_overlap(who: str, overlap_with_ddp: bool) -> None:
-    """``overlap_with_ddp=True`` is refused: it is another algorithm, not an option."""
-    if overlap_with_ddp:
-        raise ValueError(
-            f"{who}: expected overlap_with_ddp=False, got {overlap_with_ddp!r}: minidp's "
-            "ZeRO-1 steps after backward and does not run the optimizer inside DDP's "
-            "communication hook (torch's ddp_zero_hook.py, with a functional optimizer). "
-            "Hint: leave overlap_with_ddp=False and call opt.step() after backward, or use "
-            "minidp.zero.Zero2Optimizer, whose reduce-scatter overlaps backward"
+def check_no_overlap(who: str, overlap_with_ddp: bool, process_group) -> None:
+    """``overlap_with_ddp=True`` is refused. On gloo torch refuses it too (its
+    ``hook_with_zero_step``, where the step runs inside DDP's comm hook, may hang there):
+    in torch's words. Elsewhere minidp has no step inside DDP's comm hook."""
+    if not overlap_with_ddp:
+        return
+    hint = (
+        "Hint: leave overlap_with_ddp=False and call opt.step() after backward, or use "
+        "minidp.zero.Zero2Optimizer, whose reduce-scatter overlaps backward"
+    )
+    try:
+        backend = str(dist.get_backend(process_group))
+    except (RuntimeError, ValueError):  # no torch group: a thread world's, on gloo
+        backend = "gloo"
+    if backend == "gloo":
+        raise RuntimeError(
+            f"Gloo backend using Overlapping DDP with ZeRO may meet hangs ({who}: "
+            f"overlap_with_ddp=True; torch's hook_with_zero_step refuses it on gloo). {hint}"
         )
+    raise NotImplementedError(
+        f"{who}: expected overlap_with_ddp=False, got True on {backend}: minidp's ZeRO-1 steps "
+        "after backward and does not run the optimizer inside DDP's communication hook "
+        f"(torch's ddp_zero_hook.py, with a functional optimizer). {hint}"
+    )
 
 
 def _row(group_index: int, p: torch.Tensor) -> list[int]:

@@ -53,7 +53,8 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
         optimizer_class: e.g. ``torch.optim.AdamW``; built on this rank's share only.
         process_group: the data-parallel group; ``None``: the current/default group.
         parameters_as_bucket_view: owners' parameters as views of one tensor (``bucket_view.py``).
-        overlap_with_ddp: only ``False``; ``True`` raises (``checks.check_no_overlap``).
+        overlap_with_ddp: only ``False``; ``True`` raises (``checks.check_no_overlap``; on
+            gloo in torch's words, as its ``hook_with_zero_step`` refuses it there).
         **defaults: the optimizer's options (``lr=...``).
 
     Attributes:
@@ -71,7 +72,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer, Joinable):
     ) -> None:
         checks.check_optimizer_class(WHO, optimizer_class)  # a refusal leaves params unread
         params = checks.param_list(WHO, params)
-        checks.check_no_overlap(WHO, overlap_with_ddp)
+        checks.check_no_overlap(WHO, overlap_with_ddp, process_group)
         self._initialized = False
         super().__init__(params, defaults)
         Joinable.__init__(self)  # the join config: off until a Join context sets it
