@@ -80,6 +80,21 @@ def test_lessons_are_embedded_as_they_are(recorded):
         assert text == (LESSONS / name).read_text(), name
 
 
+def test_the_ring_is_the_books(recorded):
+    # the book's ring (lesson 8's page) sends exactly one message per rank per step and no
+    # header check (the engine's ring, through a tapped group, sends its header first)
+    W = OPTIONS.world_size
+    for rank in range(W):
+        sends = [e for e in named(recorded, "send") if e["pid"] == rank]
+        assert len(sends) == 2 * (W - 1), f"rank {rank}: {len(sends)} sends"
+        assert {e["args"]["peer"] for e in sends} == {(rank - 1) % W}  # r -> r-1 only
+    steps = named(recorded, "ring step")  # the book's schedule
+    for e in steps:
+        r, k = e["pid"], e["args"]["step"]
+        want = (r + k) % W  # reduce-scatter step k: chunk r+k; all-gather step W+s: r+s
+        assert e["args"]["chunk"] == want and e["args"]["to"] == (r - 1) % W, e["args"]
+
+
 def test_ring_values_are_the_run_and_match_torch(recorded):
     inputs = {e["pid"]: e["args"]["holds"] for e in named(recorded, "ring inputs")}
     results = [e["args"] for e in named(recorded, "ring result")]
@@ -152,12 +167,62 @@ def test_fsdp_gathers_are_seen_from_their_buffer_to_their_free(recorded):
 def test_memory_events_explain_zero1_and_fsdps_transients(recorded):
     mem = named(recorded, "memory")
     assert len(mem) == 4 * 4 * OPTIONS.ddp_world  # stages x points x ranks
+    # the second step: the optimizer state is there from its start (DDP's is ZeRO-1's x W)
+    start = {e["args"]["stage"]: e["args"] for e in mem if e["pid"] == 0
+             and e["args"]["point"] == "step start"}  # fmt: skip
+    assert start["ddp"]["optimizer"] > start["zero1"]["optimizer"] > 0
+    assert all(a["grads"] == 0 for s, a in start.items() if s != "zero2")  # zero_grad: None
+    # DDP and ZeRO: a measurement as each gradient lands, growing through backward
+    landed = [e["args"] for e in named(recorded, "memory grad") if e["pid"] == 0]
+    ddp = [a["grads"] for a in landed if a["stage"] == "ddp"]
+    assert len(ddp) == 8 and ddp == sorted(ddp) and ddp[0] < ddp[-1]
     owned = [e["args"]["owned"] for e in mem if e["args"]["stage"] == "zero1"
              and e["args"]["point"] == "after step"]  # fmt: skip
     names = sorted(n for o in owned for n, _ in o)
     assert len(names) == len(set(names)) == 8  # every parameter owned by exactly one rank
-    trans = [e for e in recorded["traceEvents"] if e.get("name", "").startswith("memory ")]
+    trans = [e for e in recorded["traceEvents"] if e.get("name", "").startswith("memory ")
+             and e["name"] != "memory grad"]  # fmt: skip
     assert {e["args"]["stage"] for e in trans} == {"fsdp"} and len(trans) >= 6
+    # FSDP's backward holds each unit's full gradients and their reduce-scatter input
+    # until the reduce-scatter ends: observed, and released in the same amounts
+    for rank in range(OPTIONS.ddp_world):
+        held = {}
+        for e in (e for e in trans if e["pid"] == rank):
+            if e["name"] == "memory grads":
+                held[e["args"]["unit"]] = e["args"]["bytes"]
+            elif e["name"] == "memory reduced":
+                assert held.pop(e["args"]["unit"]) > 0
+        assert held == {}, f"rank {rank}: gradients never released: {held}"
+
+
+def test_fsdp_shards_are_the_ranks_own_bytes(recorded):
+    # a sharded parameter is a DTensor: its nbytes is the global tensor's; a rank holds its
+    # to_local() rows. The scene's number equals the memory scene's (measured storages) and
+    # is the model's bytes / W (the MLP's rows split evenly at width 16 on 2 ranks)
+    from minidp.tools.classroom.rec_fsdp import mlp
+
+    total = sum(p.nbytes for p in mlp(OPTIONS.width).parameters())  # plain: the whole model
+    start = [e for e in named(recorded, "memory") if e["args"]["point"] == "step start"]
+    fsdp_params = {e["pid"]: e["args"]["params"] for e in start if e["args"]["stage"] == "fsdp"}
+    for e in named(recorded, "fsdp shards"):
+        assert e["args"]["bytes"] == fsdp_params[e["pid"]] == total // OPTIONS.ddp_world, e
+
+
+def test_every_size_a_recorder_reads_says_which():
+    # the check tests/test_local_sizes.py runs on the lessons, planner and book, on the
+    # classroom's recorders: a size read on a parameter or gradient says local or global
+    from test_local_sizes import unsaid_size_reads
+
+    recorders = sorted(
+        (Path(__file__).resolve().parents[1] / "minidp/tools/classroom").glob("rec_*.py")
+    )
+    assert len(recorders) == 7
+    for path in recorders:
+        assert unsaid_size_reads(path.read_text(), path.name) == []
+    mutant = (
+        "def f(model):\n    return sum(p.numel() * p.element_size() for p in model.parameters())\n"
+    )
+    assert unsaid_size_reads(mutant, "old rec_fsdp")  # the line this scene had: caught
 
 
 def test_a_library_trace_builds_a_page(tmp_path):

@@ -138,7 +138,8 @@ def check_outlines(page, scene: str, expect) -> None:
     """At every step, on both axes: the outlined bars are exactly ``expect(k)``'s events."""
     select(page, scene)
     last = int(page.get_attribute("#scrub", "max"))
-    for axis in ("steps", "wall"):
+    first = page.get_attribute(".tl", "data-axis")  # the scene's own (DDP: wall clock)
+    for axis in (first, {"steps": "wall", "wall": "steps"}[first]):
         assert page.get_attribute(".tl", "data-axis") == axis
         for k in range(last + 1):
             step_to(page, k)
@@ -333,3 +334,95 @@ def test_ddp_hooks_buckets_and_outlines_equal_the_trace(browser_page, recorded):
         "ddp",
         lambda k: [seq[k - 1]["id"]] if k and seq[k - 1]["name"] != "ddp buckets" else [],
     )
+
+
+def links(page, where: str = "") -> set[tuple[int, int]]:
+    """(src, dst) of every arrow in the pictures (under ``where``)."""
+    arrows = dom(page, f"{where} svg.topo g.move", "data-src", "data-dst")
+    return {(int(a), int(b)) for a, b in arrows}
+
+
+def test_the_ring_at_rest_points_the_way_data_moves(browser_page):
+    page, _ = browser_page
+    select(page, "ring")
+    at_rest = links(page)
+    assert at_rest == {(r, (r - 1) % 4) for r in range(4)}  # every send goes r -> r-1
+    step_to(page, 1)
+    assert links(page) == at_rest
+    select(page, "traffic")  # the faint ring beside the server's first steps
+    assert links(page, '.card[data-algo="ring"]') == at_rest
+
+
+def test_keys_work_after_any_control(browser_page):
+    page, problems = browser_page
+    select(page, "ring")
+    last = int(page.get_attribute("#scrub", "max"))
+    page.select_option("#speed", "500")  # the speed menu keeps the focus: keys must still work
+    page.keyboard.press("ArrowRight")
+    assert page.get_attribute("#step", "data-step") == "1"
+    page.click("#next")  # a button has the focus: space plays/pauses, it does not click it again
+    assert page.get_attribute("#step", "data-step") == "2"
+    page.keyboard.press("ArrowRight")
+    assert page.get_attribute("#step", "data-step") == "3"
+    page.focus("#scrub")  # the scrubber: one step per arrow, not two
+    page.keyboard.press("ArrowLeft")
+    assert page.get_attribute("#step", "data-step") == "2"
+    page.keyboard.press("End")
+    assert page.get_attribute("#step", "data-step") == str(last)
+    page.keyboard.press("Home")
+    assert page.get_attribute("#step", "data-step") == "0"
+    page.click('nav [data-scene="dp"]')
+    page.keyboard.press("End")
+    assert page.get_attribute("#step", "data-step") == page.get_attribute("#scrub", "max")
+    page.click("#play")
+    page.keyboard.press(" ")  # pauses (the focused play button is not clicked a second time)
+    assert page.text_content("#play") == "play"
+    page.select_option("#speed", "1000")
+    assert problems == []
+
+
+def test_projector_mode_from_the_address_and_kept_on_reload(request, recorded):
+    page, problems = open_page(request, recorded[1].as_uri() + "#traffic/2?projector=1")
+    projector = "document.body.classList.contains('projector')"
+    assert page.evaluate(projector) and page.get_attribute("#step", "data-step") == "2"
+    page.keyboard.press("p")
+    assert not page.evaluate(projector) and "projector" not in page.evaluate("location.hash")
+    page.keyboard.press("p")
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("location.hash") == "#traffic/3?projector=1"
+    page.reload()
+    assert page.evaluate(projector) and page.get_attribute("#step", "data-step") == "3"
+    page.close()
+    assert problems == []
+
+
+def test_ddp_reads_overlap_on_the_wall_clock(browser_page, recorded):
+    page, _ = browser_page
+    select(page, "ddp")
+    # the logical axis gives every event a column: an all-reduce spanning many reads as
+    # overlap it may not have had; the scene opens on time, and says so on the other axis
+    assert page.get_attribute(".tl", "data-axis") == "wall"
+    page.keyboard.press("l")
+    assert "not per unit of time" in page.text_content(".tl")
+    page.keyboard.press("l")
+    ev = events(recorded[0])
+    wait = next(e for e in ev if e["pid"] == 0 and e["name"] == "wait for buckets")
+    during = sum(max(0, min(e["ts"] + e["dur"], wait["ts"]) - e["ts"]) for e in ev
+                 if e["pid"] == 0 and e["name"].startswith("all-reduce bucket "))  # fmt: skip
+    assert float(page.get_attribute("#ddp-overlap", "data-during")) == pytest.approx(during)
+
+
+def test_the_model_gap_is_explained_beside_both_numbers(browser_page, recorded):
+    page, _ = browser_page
+    select(page, "ring")
+    steps = [e for e in events(recorded[0]) if e["name"] == "ring step"]
+    link = next(e for e in recorded[0]["traceEvents"] if e.get("name") == "link alpha-beta")["args"]
+    chunk = steps[0]["args"]["bytes"]
+    model = 6 * (link["alpha_us"] + chunk / link["beta_bytes_per_us"])  # 2(W-1) messages of N/W
+    start = min(e["ts"] for e in steps if e["args"]["step"] == 1)
+    measured = max(e["ts"] + e["dur"] for e in steps) - start
+    gap = page.text_content(".gap")
+    assert float(page.get_attribute(".gap", "data-ratio")) == pytest.approx(
+        measured / model, abs=0.01
+    )
+    assert "per-call" in gap and "scheduled" in gap and "β changes from run to run" in gap

@@ -28,34 +28,50 @@ from test_classroom_browser import (
 
 __all__ = ["browser_page", "recorded"]  # the shared fixtures, used by name below
 
-PARTS = ("params", "grads", "optimizer", "buckets")
-POINTS = ("built", "after forward", "after backward", "after step")
+MEASURED = ("params", "grads", "optimizer", "buckets")
+PARTS = (*MEASURED, "buffer", "full", "fullgrads", "rsbuf")
+POINTS = ("step start", "after forward", "after backward", "after step")
 
 
 def memory_history(ev, stage, rank):
-    """(measured points, transient changes per phase) of one stage on one rank: the bytes
-    held at each, measured parts plus FSDP's all-gather buffers and gathered units."""
-    seq = sorted((e for e in ev if e["pid"] == rank and (
-        (e["name"] == "memory" and e["args"]["stage"] == stage)
-        or (e["name"].startswith("memory ") and e["args"].get("stage") == stage))),
-        key=lambda e: (e["ts"], e["id"]))  # fmt: skip
-    points, subs, held, base, seg = {}, [[], [], [], []], {"buffer": 0, "full": 0}, None, -1
+    """(measured points, changes per phase) of one stage on one rank: the bytes held at
+    each — measured parts (at a point, or as a gradient lands) plus FSDP's all-gather
+    buffers, gathered units, unsharded gradients and reduce-scatter inputs."""
+    mine = [e for e in ev if e["pid"] == rank and e["name"].startswith("memory")]
+    seq = sorted(
+        (e for e in mine if e["args"].get("stage") == stage), key=lambda e: (e["ts"], e["id"])
+    )
+    points, subs, base, seg = {}, [[], [], [], []], None, -1
+    held = dict.fromkeys(("buffer", "full", "fullgrads", "rsbuf"), 0)
+    grads_of, input_of = {}, {}
     for e in seq:
-        a = e["args"]
-        if e["name"] == "memory":
-            base, seg = {p: a[p] for p in PARTS}, POINTS.index(a["point"])
-            points[seg] = {**base, **held}
-        elif e["name"] == "memory gather start":
+        a, name = e["args"], e["name"]
+        if name in ("memory", "memory grad"):
+            base = {p: a[p] for p in MEASURED}
+            if name == "memory grad":
+                subs[seg].append({**base, **held})
+            else:
+                seg = POINTS.index(a["point"])
+                points[seg] = {**base, **held}
+            continue
+        if name == "memory gather start":
             held["buffer"] += a["buffer"]
-            subs[seg].append({**base, **held})
-        elif e["name"] == "memory gathered":  # the moment both exist, then the buffer goes
+        elif name == "memory gathered":  # the moment both exist, then the buffer goes
             held["full"] += a["bytes"]
             subs[seg].append({**base, **held})
             held["buffer"] -= a["buffer"]
-            subs[seg].append({**base, **held})
-        elif e["name"] == "memory freed":
+        elif name == "memory freed":
             held["full"] -= a["bytes"]
-            subs[seg].append({**base, **held})
+        elif name == "memory grads":
+            grads_of[a["unit"]] = a["bytes"]
+            held["fullgrads"] += a["bytes"]
+        elif name == "memory reduce start":
+            input_of[a["unit"]] = a["buffer"]
+            held["rsbuf"] += a["buffer"]
+        elif name == "memory reduced":
+            held["fullgrads"] -= grads_of[a["unit"]]
+            held["rsbuf"] -= input_of[a["unit"]]
+        subs[seg].append({**base, **held})
     return points, subs
 
 
@@ -72,32 +88,48 @@ def test_memory_over_the_step_equals_the_trace(browser_page, recorded):
     for i in range(4):
         positions.append(("point", i))
         positions += [("sub", i, j) for j in range(width[i] if i < 3 else 0)]
+
+    def value(s, r, p):  # each stage's changes spread across the phase: all end it together
+        points, subs = hist[s, r]
+        if p[0] == "point":
+            return points[p[1]]
+        i = (p[2] + 1) * len(subs[p[1]]) // width[p[1]] - 1
+        return subs[p[1]][i] if i >= 0 else points[p[1]]
+
+    total = lambda v: sum(v.values())  # noqa: E731
+    peak = {(s, r): max(total(value(s, r, p)) for p in positions) for s in stages for r in ranks}
+    shown = {}  # rank 0, and the rank holding the most where that is another
+    for s in stages:
+        most = max(ranks, key=lambda r: (peak[s, r], -r))
+        shown[s] = [ranks[0]] + ([most] if peak[s, most] > peak[s, ranks[0]] else [])
     select(page, "memory")
     assert int(page.get_attribute("#scrub", "max")) == len(positions) - 1
-    peak_fsdp = 0
     for k, p in enumerate(positions):
         step_to(page, k)
-        want = {}
-        for (s, r), (points, subs) in hist.items():
-            if p[0] == "point":
-                v = points[p[1]]
-            else:
-                v = subs[p[1]][min(p[2], len(subs[p[1]]) - 1)] if subs[p[1]] else points[p[1]]
-            want.update({(s, r, q): n for q, n in v.items() if n})
-            if s == "fsdp":
-                peak_fsdp = max(peak_fsdp, sum(v.values()))
-        shown = page.eval_on_selector_all(
+        want = {(s, r, q): n for s in stages for r in shown[s]
+                for q, n in value(s, r, p).items() if n}  # fmt: skip
+        shown_ = page.eval_on_selector_all(
             "#memory-compare [data-part]",
             "els => els.map(e => [e.closest('[data-stage]').dataset.stage, e.dataset.rank,"
             " e.dataset.part, e.dataset.bytes])",
         )
-        assert {(s, int(r), q): int(n) for s, r, q, n in shown} == want, f"memory position {k}"
-    # FSDP's peak inside the step is above what it holds at any measured point
-    measured = max(sum(e["args"][q] for q in PARTS) for e in mem if e["args"]["stage"] == "fsdp")
-    assert peak_fsdp > min(
-        sum(e["args"][q] for q in PARTS) for e in mem if e["args"]["stage"] == "fsdp"
-    )
-    assert measured > 0 and peak_fsdp > 0
+        assert {(s, int(r), q): int(n) for s, r, q, n in shown_} == want, f"memory position {k}"
+    # the second step: DDP holds its optimizer state from the start, above ZeRO-1's
+    assert total(value("ddp", 0, positions[0])) > total(value("zero1", 0, positions[0]))
+    # FSDP's backward holds unsharded gradients and reduce-scatter inputs at some point
+    back = [value("fsdp", 0, p) for p in positions if p[0] == "sub" and p[1] == 1]
+    assert any(v["fullgrads"] and v["rsbuf"] for v in back)
+
+
+def test_the_stage_lines_use_no_colour_a_bar_uses(browser_page):
+    page, _ = browser_page
+    select(page, "memory")
+    css = "(els, key) => els.map(e => getComputedStyle(e)[key])"
+    lines = set(page.eval_on_selector_all("#memory-chart polyline", css, "stroke"))
+    swatches = "#stage .legend .sw[class*='part-']"
+    parts = set(page.eval_on_selector_all(swatches, css, "backgroundColor"))
+    assert len(lines) == 4 and len(parts) == len(PARTS)  # each its own colour
+    assert not lines & parts
 
 
 def test_zero1_owners_are_named(browser_page, recorded):
@@ -117,6 +149,7 @@ def test_zero1_owners_are_named(browser_page, recorded):
 UNIT = r"(unit \d+|root)$"
 LIB = re.compile(rf"^(issue all-gather|all-gather|forward|backward|reduce-scatter) {UNIT}")
 OURS = ("unit gathered", "unit freed", "wait reduce-scatters")
+GRADS = ("unit grads", "unit reduce start", "unit reduced")
 
 
 def unit_of(e) -> str:
@@ -135,7 +168,8 @@ def test_fsdp_units_memory_and_outlines_equal_the_trace(browser_page, recorded):
     shards = next(e for e in ev if e["name"] == "fsdp shards" and e["pid"] == 0)["args"]["bytes"]
     select(page, "fsdp")
     assert int(page.get_attribute("#scrub", "max")) == len(seq)
-    grew = False
+    grew = with_grads = False
+    grads = [e for e in ev if e["pid"] == 0 and e["name"] in GRADS]
     for k in range(len(seq) + 1):
         step_to(page, k)
         t = seq[k - 1]["ts"] if k else float("-inf")
@@ -154,28 +188,58 @@ def test_fsdp_units_memory_and_outlines_equal_the_trace(browser_page, recorded):
                 state[u] = "sharded"
         for u, s in dom(page, ".card[data-unit]", "data-unit", "data-state"):
             assert s == state[u], f"fsdp step {k}, {u}"
-        buffer = full = 0
-        peak = shards
+        h = dict.fromkeys(("buffer", "full", "grads", "input"), 0)
+        peak, of = shards, {}
         kinds = ("unit gather start", "unit gathered", "unit freed")
-        moves = [e for e in starts + seq if e["name"] in kinds and e["ts"] <= t]
+        moves = [e for e in starts + seq + grads if e["name"] in kinds + GRADS and e["ts"] <= t]
         for e in sorted(moves, key=lambda e: (e["ts"], e["id"])):
+            a = e["args"]
             if e["name"] == "unit gather start":
-                buffer += e["args"]["buffer"]
+                h["buffer"] += a["buffer"]
             elif e["name"] == "unit gathered":  # buffer and full parameters both held here
-                full += e["args"]["bytes"]
-                peak = max(peak, shards + buffer + full)
-                buffer -= e["args"]["buffer"]
-            else:
-                full -= e["args"]["bytes"]
-            peak = max(peak, shards + buffer + full)
-        shown = [
-            int(page.get_attribute("#fsdp-memory", f"data-{a}"))
-            for a in ("shards", "buffer", "full", "peak")
-        ]
-        assert shown == [shards, buffer, full, peak], f"fsdp step {k}"
-        grew |= peak > shards + full  # a moment with buffer and full parameters at once
-    assert grew
+                h["full"] += a["bytes"]
+                peak = max(peak, shards + sum(h.values()))
+                h["buffer"] -= a["buffer"]
+            elif e["name"] == "unit freed":
+                h["full"] -= a["bytes"]
+            elif e["name"] == "unit grads":
+                h["grads"] += of.setdefault(("g", a["unit"]), a["bytes"])
+            elif e["name"] == "unit reduce start":
+                h["input"] += of.setdefault(("i", a["unit"]), a["buffer"])
+            else:  # reduced: the unit's full gradients and their input go
+                h["grads"] -= of.pop(("g", a["unit"]))
+                h["input"] -= of.pop(("i", a["unit"]))
+            peak = max(peak, shards + sum(h.values()))
+        keys = ("shards", "buffer", "full", "grads", "input", "peak")
+        shown = [int(page.get_attribute("#fsdp-memory", f"data-{a}")) for a in keys]
+        assert shown == [shards, h["buffer"], h["full"], h["grads"], h["input"], peak], f"step {k}"
+        grew |= peak > shards + h["full"]  # a moment with buffer and full parameters at once
+        with_grads |= h["grads"] > 0 and h["input"] > 0  # backward: a unit's gradients, copied
+    assert grew and with_grads
     check_outlines(page, "fsdp", lambda k: [seq[k - 1]["id"]] if k else [])
+
+
+def test_fsdp_shards_are_the_memory_scenes_and_the_traces(browser_page, recorded):
+    # a rank's shards are its to_local() rows: the FSDP scene says the same bytes as the
+    # trace and as the memory scene's FSDP parameters (measured storages); the global size
+    # (what a DTensor's nbytes says) is twice that on 2 ranks
+    page, _ = browser_page
+    ev = events(recorded[0])
+    trace_ = next(e for e in ev if e["name"] == "fsdp shards" and e["pid"] == 0)["args"]["bytes"]
+    select(page, "fsdp")
+    scene = int(page.get_attribute("#fsdp-memory", "data-shards"))
+    assert f"rank 0 holds {kib(scene)} of shards" in page.text_content("#fsdp-memory")
+    select(page, "memory")  # position 0: the step's start, measured
+    part = '#memory-compare [data-stage="fsdp"] [data-part="params"][data-rank="0"]'
+    memory = int(page.get_attribute(part, "data-bytes"))
+    full = sum(e["args"]["bytes"] for e in ev if e["name"] == "unit gathered" and e["pid"] == 0
+               and e["args"]["unit"] in {"unit 1", "unit 2", "unit 3", "root"})  # fmt: skip
+    assert scene == trace_ == memory > 0
+    assert scene * 2 <= full  # each unit gathered at least twice (forward, backward)
+
+
+def kib(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB"
 
 
 def hsdp_keys(sends):
@@ -207,9 +271,10 @@ def test_hsdp_links_and_bytes_equal_the_trace(browser_page, recorded):
             if k
             else [["", "", None]]
         )
-        links = collections.Counter()
+        links = collections.Counter()  # drawn: the data (the header check is in the tables)
         for e in now:
-            links[e["pid"], e["args"]["to"]] += e["args"]["bytes"]
+            if not e["args"]["header"]:
+                links[e["pid"], e["args"]["to"]] += e["args"]["bytes"]
         shown = dom(page, "svg.mesh g.link", "data-src", "data-dst", "data-bytes", "data-scope")
         assert {(int(s), int(d)): int(b) for s, d, b, _ in shown} == dict(links), f"hsdp step {k}"
         for s, d, _, scope in shown:  # red across nodes: only an all-reduce's messages

@@ -204,7 +204,7 @@ def test_bad_options_fail_before_recording(capsys):
     ("options", "match"),
     [
         ({"world_size": 1}, "at least 2 for the ring"),
-        ({"world_size": 8}, "above 6"),
+        ({"world_size": 9}, "above 8"),
         ({"numel": 2}, "--numel must be between"),
         ({"ddp_world": 1}, "--ddp-world-size must be at least 2"),
         ({"ddp_world": 9}, "--ddp-world-size above 8"),

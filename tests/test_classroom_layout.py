@@ -1,30 +1,31 @@
-"""The page as a hall sees it, and the what-if panel's arithmetic, in a real browser.
+"""The page as a hall sees it, at every world size, in a real browser.
 
     pytest tests/test_classroom_layout.py
 
-Projector mode at 1920x1080 and 1366x768, every scene at its first, middle and last
-steps: no horizontal overflow, the scene's main panel inside the window above the
-controls, no text under 18 px, no two labels overlapping, one scale for bytes (two bars
-of equal bytes equally long, across cards). ``LAYOUT`` is the check, run in the page; a
-page built to break each rule is caught by it (test_the_layout_check_can_fail). The
-what-if panel's figures, typed in through its inputs, equal the lessons' formulas and
-``minidp.tools.planner.plan``'s, computed here.
+Projector mode at 1920x1080 and 1366x768, for recordings at W = 2 (ring, traffic), 4 (the
+shared recording: every scene) and 8 (ring, traffic, DP, DDP, memory and FSDP; its rank
+threads are one real gloo group each — 8 processes would cost the suite half a minute),
+every scene at its first, second, middle and last steps: no horizontal overflow, the
+scene's main panel and its timeline inside the window above the controls, no text under
+18 px, no two labels overlapping, one scale for bytes (two bars of equal bytes equally
+long, across cards), and nothing moving between steps (the main panel and the timeline
+keep their place and size). ``LAYOUT`` is the check, run in the page; a page built to break
+each rule is caught by it (test_the_layout_check_can_fail). The what-if panel:
+tests/test_classroom_whatif.py.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from pathlib import Path
-
 import pytest
-from test_classroom_browser import SCENES, open_page, recorded, select
+from test_classroom_browser import _SHARED, SCENES, open_page, shared
 
-from minidp.tools.planner import plan
+from minidp.launch import run_threads
+from minidp.tools.classroom import Options, record, write_page
 
-__all__ = ["recorded"]
-LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 SIZES = ({"width": 1920, "height": 1080}, {"width": 1366, "height": 768})
+WORLDS = {2: Options(world_size=2, numel=4, only=("ring", "traffic")),
+          8: Options(world_size=8, numel=8, ddp_world=8, width=16, devices=2, batch=4,
+                     only=("ring", "traffic", "dp", "ddp", "memory", "fsdp"))}  # fmt: skip
 
 # Every rule, checked on the page as it is now; returns what breaks (empty: all hold).
 LAYOUT = r"""() => {
@@ -32,6 +33,11 @@ LAYOUT = r"""() => {
   if (document.documentElement.scrollWidth > innerWidth)
     out.push(`overflow: scrollWidth ${document.documentElement.scrollWidth} > ${innerWidth}`);
   const foot = document.getElementById("controls").getBoundingClientRect();
+  for (const t of document.querySelectorAll("#stage .tl")) {  // the timeline is on screen too
+    const r = t.getBoundingClientRect();
+    if (r.bottom > foot.top + 0.5)
+      out.push(`timeline ends at ${r.bottom | 0}, below the controls (at ${foot.top | 0})`);
+  }
   const mains = document.querySelectorAll("#stage [data-main]");
   if (mains.length !== 1) out.push(`expected one main panel, found ${mains.length}`);
   for (const m of mains) {
@@ -58,6 +64,11 @@ LAYOUT = r"""() => {
       range.selectNodeContents(n);
       rects = [...range.getClientRects()];
     }
+    const box = p.closest(".tl-body");  // a scrolled box shows only what is inside it
+    if (box) {
+      const b = box.getBoundingClientRect();
+      rects = rects.filter((r) => r.bottom > b.top + 1 && r.top < b.bottom - 1);
+    }
     rects = rects.filter((r) => r.width > 0.5 && r.height > 0.5);
     if (!rects.length) continue;
     if (size < 17.99) out.push(`text of ${size.toFixed(1)} px: "${text.slice(0, 40)}"`);
@@ -83,37 +94,88 @@ LAYOUT = r"""() => {
   return [...new Set(out)];
 }"""
 
+# Where the main panel and the timeline are: the same at every step.
+PLACES = """() => [...document.querySelectorAll('#stage [data-main], #stage .tl')].map((e) => {
+  const r = e.getBoundingClientRect();
+  return [r.left, r.top, r.width, r.height].map(Math.round); })"""
+
+
+class ThreadWorld:
+    """``size`` thread-ranks, each with a real gloo group, run the way a ProcessWorld runs."""
+
+    def __init__(self, size: int) -> None:
+        self.world_size = size
+
+    def run(self, fn, *args, timeout: float = 60.0) -> list:
+        return run_threads(fn, self.world_size, *args, timeout=timeout)
+
+
+def page_at(request, world: int):
+    """The page of a recording at ``world`` ranks (made once per session)."""
+    if world == 4:
+        return shared(request)[0][1]
+    if world not in _SHARED:
+        where = request.getfixturevalue("process_world") if world == 2 else ThreadWorld
+        data = record(WORLDS[world], progress=lambda _: None, world=where)
+        folder = request.getfixturevalue("tmp_path_factory").mktemp(f"classroom{world}")
+        _SHARED[world] = write_page(data, folder)
+    return _SHARED[world]
+
 
 def steps_to_check(last: int) -> list[int]:
     return sorted({0, 1, last // 2, last})
 
 
 @pytest.fixture(scope="module", params=SIZES, ids=lambda s: f"{s['width']}x{s['height']}")
-def projector(request, recorded):
-    page, problems = open_page(request, recorded[1].as_uri(), viewport=request.param)
-    page.keyboard.press("p")
+def size(request):
+    return request.param
+
+
+@pytest.mark.parametrize("world", (2, 4, 8))
+def test_projector_layout(request, size, world):
+    page, problems = open_page(
+        request, page_at(request, world).as_uri() + "#ring/0?projector=1", size
+    )
     assert page.evaluate("document.body.classList.contains('projector')")
-    yield page, problems
+    present = [s for (s,) in page.eval_on_selector_all(
+        "nav [data-scene]:not(.absent)", "els => els.map(e => [e.dataset.scene])")]  # fmt: skip
+    assert set(present) >= {"ring", "traffic", "whatif", "trace"}
+    for scene in [s for s in SCENES if s in present]:
+        page.evaluate(f"location.hash = '#{scene}/0'")
+        last = int(page.get_attribute("#scrub", "max"))
+        places = {}
+        for k in steps_to_check(last):
+            page.evaluate(f"location.hash = '#{scene}/{k}'")
+            page.wait_for_function(f"document.getElementById('step').dataset.step === '{k}'")
+            assert page.evaluate(LAYOUT) == [], f"W={world}: {scene} step {k}"
+            places[k] = page.evaluate(PLACES)
+        assert len({str(p) for p in places.values()}) == 1, f"W={world}: {scene} moves: {places}"
     page.close()
-
-
-@pytest.mark.parametrize("scene", SCENES)
-def test_projector_layout(projector, scene):
-    page, problems = projector
-    select(page, scene)
-    last = int(page.get_attribute("#scrub", "max"))
-    for k in steps_to_check(last):
-        page.evaluate(f"location.hash = '#{scene}/{k}'")
-        page.wait_for_function(f"document.getElementById('step').dataset.step === '{k}'")
-        assert page.evaluate(LAYOUT) == [], f"{scene} step {k}"
     assert problems == []
 
 
-def test_the_layout_check_can_fail(projector):
-    page, _ = projector
-    select(page, "traffic")
-    page.evaluate("location.hash = '#traffic/8'")  # every bar drawn
-    page.wait_for_function("document.getElementById('step').dataset.step === '8'")
+@pytest.mark.slow  # 6 and 8 rank processes: half a minute each on 2 cores
+@pytest.mark.parametrize("nodes_x_ranks", [(2, 3), (2, 4)], ids=["2x3", "2x4"])
+def test_hsdp_layout_on_wider_meshes(request, size, nodes_x_ranks, process_world):
+    r, s = nodes_x_ranks
+    data = record(Options(hsdp_mesh=(r, s), width=16, only=("hsdp",)), progress=lambda _: None,
+                  world=process_world)  # fmt: skip
+    folder = request.getfixturevalue("tmp_path_factory").mktemp(f"hsdp{r}x{s}")
+    url = write_page(data, folder).as_uri() + "#hsdp/0?projector=1"
+    page, problems = open_page(request, url, size)
+    last, places = int(page.get_attribute("#scrub", "max")), set()
+    for k in range(last + 1):
+        page.evaluate(f"location.hash = '#hsdp/{k}'")
+        page.wait_for_function(f"document.getElementById('step').dataset.step === '{k}'")
+        assert page.evaluate(LAYOUT) == [], f"{r}x{s}: hsdp step {k}"
+        places.add(str(page.evaluate(PLACES)))
+    assert len(places) == 1, f"{r}x{s}: the scene moves between steps"
+    page.close()
+    assert problems == []
+
+
+def test_the_layout_check_can_fail(request):
+    page, _ = open_page(request, page_at(request, 4).as_uri() + "#traffic/8?projector=1", SIZES[1])
     broken = page.evaluate("""() => {
       const stage = document.getElementById('stage');
       const bar = stage.querySelector('[data-bar-bytes]');
@@ -124,89 +186,11 @@ def test_the_layout_check_can_fail(projector):
       const wide = document.createElement('div');
       wide.style.cssText = `width:${innerWidth + 50}px;height:9px`;
       stage.querySelector('[data-main]').append(a, b, wide);                // too wide
+      stage.querySelector('.tl').style.marginTop = '400px';                 // below the fold
       return true; }""")
     assert broken
     found = " | ".join(page.evaluate(LAYOUT))
-    for rule in ("overflow", "main panel", "text of 12.0 px", "labels overlap", "one scale"):
+    for rule in ("overflow", "main panel", "text of 12.0 px", "labels overlap", "one scale",
+                 "timeline ends"):  # fmt: skip
         assert rule in found, f"{rule!r} not caught in: {found}"
-    select(page, "ring")  # a fresh render for the next test
-
-
-# ---- the what-if panel against the lessons' formulas and minidp.tools.planner.plan ----
-
-
-def test_the_lessons_state_the_formulas_checked_here():
-    # if a lesson's formula changes, so must the panel (and this test)
-    assert "2(n-1)/n · S" in (LESSONS / "08_ring_all_reduce.py").read_text()  # ring bytes
-    assert "2(n-1) steps" in (LESSONS / "08_ring_all_reduce.py").read_text()  # its latencies
-    assert "`(n-1)·S`" in (LESSONS / "07_parameter_server.py").read_text()  # server bytes
-    assert "latency + bytes / bandwidth" in (LESSONS / "06_send_recv.py").read_text()  # α-β
-    assert "plan.stage_bytes" in (LESSONS / "18_memory_wall.py").read_text()  # memory
-
-
-def expected(params, gpus, precision, optimizer, bucket_mib, alpha_us, beta_gbs) -> dict:
-    """Every figure, from the lessons' formulas and the library's plan."""
-    p, g = plan.PRECISIONS[precision][:2]
-    k = plan.optimizer_k(optimizer, precision)
-    n, b, w = g * params, bucket_mib * 2**20, gpus
-    beta = beta_gbs * 1000  # bytes per µs
-
-    def msg(nbytes):  # lesson 6: one message, latency + bytes / bandwidth
-        return alpha_us + nbytes / beta
-
-    sizes = [b] * math.floor(n / b) + ([n - math.floor(n / b) * b] if n % b else [])
-    out = {
-        "grad": n,
-        "ring-bytes": 2 * (w - 1) / w * n,  # lesson 8
-        "server-bytes": (w - 1) * n,  # lesson 7
-        "buckets": math.ceil(n / b),
-        "ring-time": sum(2 * (w - 1) * msg(s / w) for s in sizes),  # 2(n-1) steps of S/n
-        "server-time": sum(2 * (w - 1) * msg(s) for s in sizes),  # rank 0's link, in turn
-    }
-    for stage in plan.STAGES:
-        out[f"mem-{stage}"] = sum(plan.stage_bytes(stage, params, w, p, g, k)) + plan.bucket_bytes(
-            stage, params, g
-        )
-    return out
-
-
-CASES = [
-    ("qwen2.5-7b", None, 64, "bf16-mixed", "adamw", 25, 5, 100),
-    ("custom", 1.3e9, 8, "fp32", "sgd-momentum", 100, 50, 1.5),
-    ("llama-3-70b", None, 512, "bf16", "adam", 4, 20, 25),
-]
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_whatif_equals_the_formulas(projector, case):
-    page, problems = projector
-    model, params, gpus, precision, optimizer, bucket, alpha, beta = case
-    select(page, "whatif")
-    page.select_option("#whatif-model", model)
-    if params is None:
-        params = plan.MODELS[model]
-        assert float(page.input_value("#whatif-params")) == params
-    else:
-        page.fill("#whatif-params", str(params))
-    for key, value in (("gpus", gpus), ("bucket", bucket), ("alpha", alpha), ("beta", beta)):
-        page.fill(f"#whatif-{key}", str(value))
-    page.select_option("#whatif-precision", precision)
-    page.select_option("#whatif-optimizer", optimizer)
-    pairs = "els => els.map(e => [e.dataset.out, e.dataset.value])"
-    shown = {k: float(v) for k, v in page.eval_on_selector_all("[data-out]", pairs)}
-    want = expected(params, gpus, precision, optimizer, bucket, alpha, beta)
-    assert shown.keys() == want.keys()
-    for key, value in want.items():
-        assert shown[key] == pytest.approx(value, rel=1e-12), key
-    assert page.evaluate(LAYOUT) == [] and problems == []
-
-
-def test_whatif_starts_from_the_measured_link(projector, recorded):
-    page, _ = projector
-    link = next(e for e in recorded[0]["traceEvents"] if e.get("name") == "link alpha-beta")["args"]
-    page.reload()  # the panel's first values, before any test typed in it
-    page.keyboard.press("p")
-    select(page, "whatif")
-    assert float(page.input_value("#whatif-alpha")) == round(link["alpha_us"], 1)
-    assert float(page.input_value("#whatif-beta")) == round(link["beta_bytes_per_us"] / 1000, 2)
-    assert re.search(r"α = [\d.]+ µs, β = [\d.]+ GB/s \(ping-pong", page.text_content("#stage"))
+    page.close()

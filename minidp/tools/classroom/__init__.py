@@ -7,9 +7,10 @@ One command records each scene for real (rank processes where time is what is ta
 ring, traffic, DDP, FSDP, HSDP; threads for DataParallel, which is threads, and for the
 memory scene, which shows bytes) with ``minidp.trace``, and writes one self-contained HTML
 page — JS, CSS, the Chrome trace and the lessons' text inline, no network — with
-play/pause, step, scrub, speed, keyboard, a projector mode, timelines that zoom and switch
-between wall clock and logical steps, pictures of the messages moving, α-β models beside
-the measured times, and a what-if panel for real models.
+play/pause, step, scrub, speed, keyboard, a projector mode (``#ring/0?projector=1``),
+timelines that zoom and switch between wall clock and logical steps, pictures of the
+messages moving, α-β models beside the measured times (and why they differ), and a
+what-if panel for real models: sliders, curves, its inputs in the address.
 
 One concept per file:
 
@@ -19,14 +20,12 @@ One concept per file:
 * ``scenes.py`` — each scene's title, explanation and lesson;
 * ``page.py`` — inline the assets, the trace and the lessons into ``index.html``;
 * ``cli.py`` — the command line, serving on 127.0.0.1; ``shots.py`` — screenshots;
-* ``assets/`` — the page: ``core.js`` (player), ``dom.js`` (drawing, one scale for bytes),
-  ``model.js`` (the lessons' formulas), ``axis.js`` + ``timeline.js``, ``topology.js``,
-  ``lesson.js``, one ``scene_*.js`` per scene.
+* ``assets/`` — the page: ``core.js`` (player, keys, the address), ``dom.js`` (drawing, one
+  scale for bytes), ``model.js`` (the lessons' formulas), ``axis.js`` + ``timeline.js``,
+  ``topology.js`` (ranks and arrows, laid out once per scene), ``chart.js`` (the what-if's
+  curves), ``lesson.js``, one ``scene_*.js`` per scene.
 
-The library never imports this package. Test: ``pytest tests/test_classroom.py
-tests/test_classroom_inputs.py tests/test_classroom_browser.py
-tests/test_classroom_browser_shard.py tests/test_classroom_layout.py
-tests/test_classroom_serve.py``
+The library never imports this package. Test: ``pytest tests/test_classroom*.py``
 """
 
 from minidp.tools.classroom.cli import main

@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE", help="build the page from this Chrome trace instead")
     p.add_argument("--save-trace", metavar="FILE", help="also save the recorded trace here")
     p.add_argument("--only", help=f"comma-separated scenes to record (of {','.join(SCENE_ORDER)})")
-    p.add_argument("--world-size", type=int, default=4, help="ranks in the ring scenes (2-6)")
+    p.add_argument("--world-size", type=int, default=4, help="ranks in the ring scenes (2-8)")
     p.add_argument("--numel", type=int, default=8, help="elements of the ring's tensor")
     p.add_argument("--devices", type=int, default=4, help="DataParallel's simulated devices")
     p.add_argument("--batch", type=int, default=8, help="DataParallel's batch")

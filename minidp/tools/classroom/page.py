@@ -26,8 +26,8 @@ from minidp.tools.classroom.scenes import SCENES
 
 ASSETS = Path(__file__).parent / "assets"
 # Loaded in this order: helpers first, then one file per scene (the nav's order: keys 1-9).
-JS_FILES = ("core.js", "dom.js", "model.js", "axis.js", "timeline.js", "topology.js", "lesson.js",
-            "scene_ring.js", "scene_traffic.js", "scene_dp.js", "scene_ddp.js",
+JS_FILES = ("core.js", "dom.js", "model.js", "axis.js", "timeline.js", "topology.js", "chart.js",
+            "lesson.js", "scene_ring.js", "scene_traffic.js", "scene_dp.js", "scene_ddp.js",
             "scene_memory.js", "scene_fsdp.js", "scene_hsdp.js", "scene_whatif.js",
             "scene_trace.js")  # fmt: skip
 LESSONS = Path(__file__).resolve().parents[3] / "lessons"  # present in a source checkout
@@ -143,12 +143,24 @@ def _lessons() -> dict:
 
 
 def _library() -> dict:
-    """The library's own tables the what-if panel computes with (``minidp.tools.planner.plan``):
-    bytes per element by precision, moments per optimizer, published model sizes."""
-    from minidp.tools.planner import plan
+    """The planner's tables and numbers the what-if panel computes with: bytes per element
+    by precision, moments per optimizer, published model sizes (``plan``); per preset and
+    precision, FSDP's gathered units at their peak (``units``) and the layer stack's
+    activations per token (``activations``: flash attention, no checkpointing — linear in
+    the tokens, so the page scales it by sequence x micro-batch)."""
+    from minidp.tools.planner import activations, plan
+    from minidp.tools.planner.units import DTYPES, units
 
+    per_token, gathered = {}, {}
+    for model, (layers, hidden, heads, kv, ffn, mlp, _) in plan.LAYERS.items():
+        for precision, (compute, _) in DTYPES.items():
+            one = activations.layer_bytes(1, 1, hidden, heads, ffn=ffn, mlp=mlp, flash=True,
+                                          kv_heads=kv, bytes_per_value=compute)  # fmt: skip
+            per_token[f"{model}/{precision}"] = layers * one
+            gathered[f"{model}/{precision}"] = units(model, precision).peak
     return {"precisions": plan.PRECISIONS, "moments": plan.MOMENTS, "models": plan.MODELS,
-            "layouts": plan.LAYOUTS, "stage_names": plan.STAGE_NAMES}  # fmt: skip
+            "layouts": plan.LAYOUTS, "stage_names": plan.STAGE_NAMES,
+            "activations_per_token": per_token, "gathered_units": gathered}  # fmt: skip
 
 
 def build_html(data: dict) -> str:

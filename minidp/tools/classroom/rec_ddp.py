@@ -21,20 +21,13 @@ import torch
 from torch import nn
 
 from minidp import trace
-
-
-def _model(width: int, depth: int) -> nn.Module:
-    torch.manual_seed(0)
-    layers: list[nn.Module] = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.ReLU()]
-    return nn.Sequential(*layers, nn.Linear(width, 4))
+from minidp.tools.classroom.rec_fsdp import mlp
 
 
 def _ddp_rank(rank: int, world: int, width: int, depth: int, cap_mb: float) -> list[dict]:
     import minidp
 
-    ddp = minidp.DistributedDataParallel(_model(width, depth), bucket_cap_mb=cap_mb)
+    ddp = minidp.DistributedDataParallel(mlp(width, depth), bucket_cap_mb=cap_mb)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(100 + rank)  # each rank its own data
     for step in range(2):
@@ -54,7 +47,8 @@ def _ddp_rank(rank: int, world: int, width: int, depth: int, cap_mb: float) -> l
 def ddp_events(world, width: int = 128, depth: int = 3, buckets: int = 3) -> list:
     """One traced DDP step (after the bucket rebuild) on ``world`` (a ProcessWorld), the
     bucket cap set so that the gradients fill about ``buckets`` buckets at any width."""
-    model_bytes = sum(p.numel() * p.element_size() for p in _model(width, depth).parameters())
+    plain = mlp(width, depth).parameters()  # nothing sharded: each parameter whole
+    model_bytes = sum(p.numel() * p.element_size() for p in plain)  # global
     cap_mb = model_bytes / (buckets + 0.5) / 2**20  # torch's bucket_cap_mb counts MiB
     results = world.run(_ddp_rank, width, depth, cap_mb, timeout=120.0)
     return [e for r in results for e in r]

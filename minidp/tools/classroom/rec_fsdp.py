@@ -15,7 +15,16 @@ wrapping that unit's own ``gather``/``free`` (they still run unchanged, ``observ
   unit is long before the unit computes;
 * ``unit gathered`` — the full parameters (``bytes``) were allocated and filled from it;
   the buffer is released right after (both existed at once for that moment);
-* ``unit freed`` — the full parameters are dropped.
+* ``unit freed`` — the full parameters are dropped;
+* ``unit grads`` — backward has left the unit's full (unsharded) gradients (``bytes``),
+  taken for the reduce-scatter; ``unit reduce start`` — the reduce-scatter's ``(world,
+  T)`` input is built (``buffer``); ``unit reduced`` — both are released (the rank keeps
+  only its reduced shard, in the sharded ``.grad``).
+
+Every size says which it is: ``bytes``/``buffer`` of a gathered unit or its gradients are
+the *full* unit's (what the rank allocates for it); ``fsdp shards`` is what this rank keeps
+of its sharded parameters, the ``to_local()`` bytes (a sharded parameter is a DTensor:
+its own ``numel()``/``nbytes`` are the global tensor's).
 
 Test: ``pytest tests/test_classroom.py``
 """
@@ -31,7 +40,7 @@ LANE = "classroom"
 
 
 def mlp(width: int, depth: int = 3) -> nn.Module:
-    """The MLP of the memory, FSDP and HSDP scenes (same seed: same weights everywhere)."""
+    """The MLP of the DDP, memory, FSDP and HSDP scenes (same seed: same weights everywhere)."""
     torch.manual_seed(0)
     layers: list[nn.Module] = []
     for _ in range(depth):
@@ -39,12 +48,20 @@ def mlp(width: int, depth: int = 3) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(width, 4))
 
 
+def local_bytes(params) -> int:
+    """Bytes this rank holds of ``params``: a DTensor's local shard, a plain tensor whole."""
+    return sum((p.to_local() if hasattr(p, "to_local") else p).nbytes for p in params)
+
+
 def observe(unit, rank: int, prefix: str = "unit", **tags) -> None:
-    """Wrap ``unit.gather``/``unit.free`` (this instance only) to note each call's bytes."""
+    """Wrap ``unit.gather``/``free``/``take_grads``/``reduce`` (this instance only) to note
+    the bytes each call allocates or releases."""
+    from minidp.fsdp.shard import shard_rows  # the engine's padding rule: rows per rank
+
     size = unit.param_dtype.itemsize
-    full = sum(s.numel() * size for s in unit.shapes)
-    buffer = unit.world * sum(p.numel() for p in unit.padded) * size  # (world, T)
-    gather, free = unit.gather, unit.free
+    full = sum(s.numel() * size for s in unit.shapes)  # the whole unit (global shapes)
+    buffer = unit.world * sum(p.numel() for p in unit.padded) * size  # (world, T): every rank's
+    gather, free, take, reduce = unit.gather, unit.free, unit.take_grads, unit.reduce
 
     def gathered() -> None:
         trace.instant(f"{prefix} gather start", lane=LANE, rank=rank, unit=unit.label,
@@ -58,7 +75,21 @@ def observe(unit, rank: int, prefix: str = "unit", **tags) -> None:
         trace.instant(f"{prefix} freed", lane=LANE, rank=rank, unit=unit.label, bytes=full,
                       **tags)  # fmt: skip
 
-    unit.gather, unit.free = gathered, freed
+    def taken() -> list:
+        grads = take()  # full-size gradients, plain tensors: their numel is the unit's
+        trace.instant(f"{prefix} grads", lane=LANE, rank=rank, unit=unit.label,
+                      bytes=sum(g.nbytes for g in grads), **tags)  # fmt: skip
+        return grads
+
+    def reduced(grads):
+        rows = sum(shard_rows(g.shape[0], unit.world) * g[0].numel() for g in grads)
+        trace.instant(f"{prefix} reduce start", lane=LANE, rank=rank, unit=unit.label,
+                      buffer=unit.world * rows * grads[0].element_size(), **tags)  # fmt: skip
+        out = reduce(grads)
+        trace.instant(f"{prefix} reduced", lane=LANE, rank=rank, unit=unit.label, **tags)
+        return out
+
+    unit.gather, unit.free, unit.take_grads, unit.reduce = gathered, freed, taken, reduced
 
 
 def shard_model(model: nn.Module, fully_shard, **options) -> None:
@@ -91,7 +122,7 @@ def _fsdp_rank(rank: int, world: int, width: int) -> list[dict]:
             opt.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()
             opt.step()
-    shards = sum(p.numel() * p.element_size() for p in model.parameters())
+    shards = local_bytes(model.parameters())  # this rank's rows, not the DTensors' global size
     mine = [e for e in rec.events if e["name"] not in ("send", "recv")]
     start = min(e["ts"] for e in mine)
     mine.append({"name": "fsdp shards", "ph": "i", "s": "t", "ts": start, "pid": rank,

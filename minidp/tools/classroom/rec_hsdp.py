@@ -15,7 +15,8 @@ The same MLP as the FSDP scene: each hidden ``Linear`` is an HSDP unit
 
 * the mesh handed to ``fully_shard`` holds the *same* groups, each wrapped so that every
   message it sends is noted (``hsdp send``: which group, the global rank it goes to, its
-  bytes, headers included) — the lesson 37 trick, with ``trace`` events instead of a log;
+  bytes, and whether it is minidp's header check rather than data) — the lesson 37 trick,
+  with ``trace`` events instead of a log;
 * each unit's own ``gather``/``reduce`` are wrapped (this instance only, as ``rec_fsdp``
   does) to say which collective those messages belong to: a unit's ``reduce`` is the
   reduce-scatter in the row *and then* the all-reduce down the column (``unit.reduce``),
@@ -33,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from minidp import trace
+from minidp.comm.headers import HEADER_TAG
 from minidp.tools.classroom.rec_fsdp import mlp, shard_model
 
 LANE = "classroom"
@@ -85,11 +87,11 @@ class _Link:
             # in the row, then an all-reduce down the column: the group says which
             name = {"gather": "all-gather", "reduce": "reduce-scatter"}[now["kind"]]
             name = "all-reduce" if self._dim == "replicate" else name
-            t = tensors[0]
+            t = tensors[0]  # a plain message buffer: its bytes are what travels
             trace.instant("hsdp send", lane=LANE, rank=self._rank, call=now["call"],
                           collective=name, unit=now["unit"], group=self._dim,
                           to=self._global[dst], bytes=t.numel() * t.element_size(),
-                          phase=now["phase"])  # fmt: skip
+                          phase=now["phase"], header=tag >= HEADER_TAG)  # fmt: skip
         return self._group.send(tensors, dst, tag)
 
     def __getattr__(self, name: str):  # recv and the rest: the real group's

@@ -15,6 +15,7 @@ Test: ``pytest tests/test_classroom.py -k alpha``
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -67,6 +68,6 @@ def link_events(world) -> list[dict]:
     alpha, beta = fit(samples)
     args = {"samples": samples, "alpha_us": alpha, "beta_bytes_per_us": beta,
             "between": f"rank processes 0 and 1 of {world.world_size}, gloo",
-            "repeats": REPEATS}  # fmt: skip
+            "repeats": REPEATS, "cpus": os.cpu_count()}  # fmt: skip
     return [{"name": "link alpha-beta", "ph": "i", "s": "t", "ts": trace.now_us(), "pid": 0,
              "tid": LANE, "args": args}]  # fmt: skip

@@ -62,10 +62,10 @@ class Options:
                     f"classroom: --world-size must be at least 2 for the ring (got "
                     f"{self.world_size}): a ring needs two ranks"
                 )
-            if self.world_size > 6:
+            if self.world_size > 8:
                 raise ValueError(
-                    f"classroom: --world-size above 6 (got {self.world_size}) does not fit "
-                    "the ring's readable values on a projector"
+                    f"classroom: --world-size above 8 (got {self.world_size}): one process per "
+                    "rank, and the ring's values must fit a projector"
                 )
         if "ring" in self.only and not self.world_size <= self.numel <= 32:
             raise ValueError(

@@ -17,10 +17,11 @@ SCENES = {
         "short": "Ring",
         "lesson": "08_ring_all_reduce.py",
         "ranks": "processes",
-        "text": "Each rank's tensor is cut into one chunk per rank. Reduce-scatter (n-1 steps): "
-        "every rank sends one chunk to its neighbour, which adds its own piece. Afterwards each "
-        "rank owns one fully summed chunk. All-gather (n-1 steps): the finished chunks travel "
-        "round the ring and are copied. Values: copies of the real messages' payloads.",
+        "text": "The book's ring (lesson 8's page). Each rank's tensor is cut into one chunk per "
+        "rank. Reduce-scatter (n-1 steps): every rank sends one chunk to the rank before it "
+        "(r to r-1), which adds its own piece. Afterwards each rank owns one fully summed chunk. "
+        "All-gather (n-1 steps): the finished chunks travel on round the ring and are copied. "
+        "Values: copies of the real messages' payloads.",
     },
     "traffic": {
         "title": "Parameter server vs ring",
@@ -53,18 +54,22 @@ SCENES = {
         "gradient is ready (last layer first). The gradient is copied into its bucket; a full "
         "bucket is launched at once and all-reduced on the communication thread while "
         "backward continues: communication overlaps compute. At the end, backward waits for "
-        "the last buckets.",
+        "the last buckets. The timeline opens on the wall clock (each rank: compute above, its "
+        "communication thread below); how much of the all-reduce hid behind backward is "
+        "measured under it.",
     },
     "memory": {
         "title": "DDP, ZeRO-1/2, FSDP: memory per rank over a step",
         "short": "Memory",
         "lesson": "18_memory_wall.py",
         "ranks": "threads",
-        "text": "Bytes each rank holds during one AdamW step, measured from the real tensors "
-        "(parameters, gradients, optimizer state, DDP's buckets) after building, forward, "
-        "backward and the step, plus FSDP's all-gather buffers and gathered units at every "
-        "gather and free. DDP keeps everything on every rank; ZeRO-1 shards the optimizer "
-        "state; ZeRO-2 also the gradients; FSDP also the parameters.",
+        "text": "Bytes each rank holds during an AdamW step after the first (the optimizer "
+        "state is there from the start, as in training), measured from the real tensors "
+        "(parameters, gradients, optimizer state, DDP's buckets) at the step's start, after "
+        "forward, as each gradient lands in backward, after backward and after the step; under "
+        "FSDP, also its all-gather buffers, gathered units, unsharded gradients and their "
+        "reduce-scatter input, at every change. DDP keeps everything on every rank; ZeRO-1 "
+        "shards the optimizer state; ZeRO-2 also the gradients; FSDP also the parameters.",
     },
     "fsdp": {
         "title": "FSDP: units gathered and freed",
@@ -94,20 +99,24 @@ SCENES = {
         "short": "What if",
         "lesson": "23_planning_a_real_model.py",
         "ranks": "model",
-        "text": "The formulas the lessons measure, computed here for any model and world: "
-        "bytes each rank sends per step (ring and server), the α-β time of the gradient "
-        "all-reduce, and memory per GPU for DDP, ZeRO-1, ZeRO-2 and FSDP. Every figure is a "
-        "model, labelled with its formula; the measured column shows the same formula "
-        "against this recording.",
+        "text": "The formulas the lessons measure, and the planner's numbers, for any model, "
+        "world and cluster: bytes each rank sends per step (ring, server, HSDP across nodes), "
+        "the α-β time of the gradient all-reduce beside the compute it can hide behind, and "
+        "memory per GPU for DDP, ZeRO-1, ZeRO-2 and FSDP (gathered units and activations for a "
+        "published model). Slide or type; the curves show time and memory against W, the "
+        "model's size or the bandwidth. Every figure is a model, labelled with its formula; "
+        "the measured lines show the same formula against this recording. The address keeps "
+        "the inputs: a reload or a shared link shows the same case.",
     },
     "trace": {
         "title": "Timeline of the whole trace",
         "short": "Trace",
         "lesson": "",
         "ranks": "any",
-        "text": "Every event of the trace, one row per process and thread, as recorded. Ctrl+wheel "
-        "or +/− to zoom, drag to pan, click a bar to step to it. Opens any Chrome trace: minidp's "
-        "tracer, torch.profiler, others.",
+        "text": "Every event of the trace, one row per process and thread, as recorded; a slice "
+        "inside another one track down; arrows from each send to its receive; search by name "
+        "(Enter: the next match). Ctrl+wheel or +/− to zoom, drag to pan, click a bar to step to "
+        "it. Opens any Chrome trace: minidp's tracer, torch.profiler, others.",
     },
 }
 

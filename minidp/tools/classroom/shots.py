@@ -2,11 +2,12 @@
 
     python -m minidp classroom --no-serve --out /tmp/cls --screenshots diagrams
 
-Each scene is opened at a step worth showing (``#scene/step`` in the address), in
-projector mode (what a hall sees) at 1920x1080, a moment after the step is shown so this
-step's messages are caught travelling, and saved as ``classroom_<scene>.png``. The browser
-is Debian's Chromium (``apt-get install -y chromium``) driven by playwright from pip; the
-page needs no network, so none is allowed.
+Each scene is opened at a step worth showing, in projector mode (what a hall sees: both
+from the address, ``#scene/step?projector=1``) at 1920x1080, a moment after the step is
+shown so this step's messages are caught travelling, and saved as
+``classroom_<scene>.png`` (``size=`` another window: the 1366x768 a smaller projector
+shows). The browser is Debian's Chromium (``apt-get install -y chromium``) driven by
+playwright from pip; the page needs no network, so none is allowed.
 
 Test: ``pytest tests/test_classroom_browser.py``
 """
@@ -57,8 +58,7 @@ def screenshots(page_path: str | Path, out: str | Path, size: dict = SIZE) -> li
         browser = launch(p)
         page = browser.new_page(viewport=size)
         offline(page)
-        page.goto(url)
-        page.keyboard.press("p")  # projector mode
+        page.goto(f"{url}#trace/0?projector=1")
         for scene, where in SHOTS.items():
             button = page.locator(f'nav [data-scene="{scene}"]')
             if button.count() == 0 or "absent" in (button.get_attribute("class") or ""):

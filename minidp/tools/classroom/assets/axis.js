@@ -20,7 +20,7 @@ const Axis = (() => {
   function wall(t0, t1) {
     return {
       u: (t) => t, lo: t0, hi: Math.max(t1, t0 + 1),
-      title: "wall clock: µs since the trace's first event, as recorded",
+      title: "axis: wall clock", about: "time since the trace's first event, as recorded",
       ticks(v0, v1, px, labelPx) {
         const room = Math.max(2, Math.floor(px / (labelPx * 5.5)));  // labels never touch
         const spacing = nice((v1 - v0) / room);
@@ -53,7 +53,7 @@ const Axis = (() => {
     }
     return {
       u, lo: 0, hi: b.length - 1, first: 1,
-      title: "logical steps: each step the same width (time stretched inside each)",
+      title: "axis: logical steps", about: "each step the same width, time stretched inside each",
       ticks(v0, v1, px, labelPx) {
         const every = Math.max(1, Math.ceil(((v1 - v0) * labelPx * 3.2) / px));
         const out = [];

@@ -1,6 +1,7 @@
 // minidp classroom: the player. Reads the embedded Chrome trace, lets each scene turn it
 // into steps, and drives them: play/pause, step, scrub, speed, keyboard, projector mode,
-// the address (#scene/step, also when edited by hand). Scenes register with
+// the address (#scene/step?key=value&..., also when edited by hand: projector=1 and the
+// what-if's inputs live after the "?", so a shared or reloaded address keeps them). Scenes register with
 // Classroom.scene(key, build); build(events, ctx) returns null when the trace has nothing
 // for that scene, else {count, render(k, stage, caption, room)}.
 "use strict";
@@ -35,6 +36,7 @@ const Classroom = (() => {
       if (e.name === "process_name") procs[e.pid] = String(e.args.name);
     }
     const events = [], open = {};
+    const recorder = data && !Array.isArray(data) && data.otherData ? data.otherData.recorded_by : null;
     for (const e of all) {
       if (!usable(e)) { if (e && PH.includes(e.ph)) skipped++; continue; }
       const key = e.pid + "/" + e.tid;
@@ -50,10 +52,30 @@ const Classroom = (() => {
     }
     events.sort((a, b) => a.ts - b.ts || byPid(a.pid, b.pid));  // stable: ties keep file order
     events.forEach((e, i) => { e.id = i; });
-    return { data, events, procs, skipped };
+    return { data, events, procs, skipped, ours: recorder === "python -m minidp classroom" };
   }
 
-  const state = { key: null, scene: null, step: 0, timer: null, built: {}, ctx: null };
+  const state = { key: null, scene: null, step: 0, timer: null, built: {}, ctx: null,
+                  params: new URLSearchParams() };
+
+  // The address: #scene/step?params. Every change is written back with replaceState (no
+  // history entry per step), so a reload or a shared link opens the same view.
+  function address() {
+    const q = state.params.toString();
+    return `#${state.key}/${state.step}${q ? `?${q}` : ""}`;
+  }
+  function writeAddress() {
+    if (state.key && decodeURIComponent(location.hash) !== decodeURIComponent(address())) {
+      history.replaceState(null, "", address());
+    }
+  }
+  function param(key) { return state.params.get(key); }
+  function setParams(obj) {
+    for (const [k, v] of Object.entries(obj)) {
+      if (v === null || v === undefined || v === "") state.params.delete(k); else state.params.set(k, String(v));
+    }
+    writeAddress();
+  }
 
   // Room left for the scene below its caption: the stage's width, and the height down to
   // the controls (a scene sizes its main panel to fit it). Read when asked: after the
@@ -85,7 +107,7 @@ const Classroom = (() => {
     counter.textContent = `step ${k} / ${s.count - 1}`;
     $("scrub").max = String(s.count - 1);
     $("scrub").value = String(k);
-    if (location.hash !== `#${state.key}/${k}`) history.replaceState(null, "", `#${state.key}/${k}`);
+    writeAddress();
   }
 
   function select(key, step) {
@@ -98,7 +120,7 @@ const Classroom = (() => {
     const info = Classroom.info[key] || {};
     $("scene-title").textContent = info.title || key;
     $("scene-text").textContent = info.text || "";
-    $("scene-ranks").textContent = RANKS[info.ranks] || "";
+    $("scene-ranks").textContent = (state.ctx.ours ? RANKS[info.ranks] : RANKS_ANY[info.ranks]) || "";
     Lesson.link($("scene-lesson"), $("lesson-line"), info.lesson);
     $("scene-note").textContent = state.ctx.skipped ?
       `${state.ctx.skipped} events of this trace have no name, time or duration: not drawn.` : "";
@@ -120,6 +142,13 @@ const Classroom = (() => {
       "timeline for order, not for speed.",
     model: "Modelled values, from the lessons' formulas; the measured column is this recording.",
   };
+  const RANKS_ANY = {  // a trace the classroom did not record: say only what the trace says
+    processes: "Ranks: as this trace recorded them, one track per process: read the timeline " +
+      "for what each did and when (how they were connected is not in the trace).",
+    threads: "Ranks: as this trace recorded them; if they were threads of one process, a bar's " +
+      "length includes waiting for the others.",
+    model: RANKS.model,
+  };
 
   function pause() {
     clearInterval(state.timer);
@@ -137,23 +166,41 @@ const Classroom = (() => {
   }
 
   function fromHash() {
-    const [key, step] = decodeURIComponent(location.hash.slice(1)).split("/");
+    const text = decodeURIComponent(location.hash.slice(1));
+    const cut = text.indexOf("?");
+    const [key, step] = (cut < 0 ? text : text.slice(0, cut)).split("/");
+    const before = state.params.toString();
+    if (cut >= 0) {  // "#dp/3" alone keeps the view's settings; "#dp/3?..." sets them
+      state.params = new URLSearchParams(text.slice(cut + 1));
+      projector(state.params.get("projector") === "1", false);
+    }
     if (!state.built[key]) return false;
     if (key !== state.key) select(key, Number(step) || 0);
-    else if ((Number(step) || 0) !== state.step) show(Number(step) || 0);
+    else if ((Number(step) || 0) !== state.step || before !== state.params.toString()) show(Number(step) || 0);
     return true;
   }
 
-  function toggleProjector() {
-    document.body.classList.toggle("projector");
-    show(state.step);
+  function projector(on, redraw = true) {
+    if (document.body.classList.contains("projector") === on) return;
+    document.body.classList.toggle("projector", on);
+    state.params[on ? "set" : "delete"]("projector", "1");
+    if (redraw) show(state.step);
   }
+  const toggleProjector = () => projector(!document.body.classList.contains("projector"));
 
+  // Keys work wherever the focus is after a click (a button, the speed menu, the scrubber),
+  // except in a field being typed in (the what-if's) and while the lesson is open.
+  function typing(t) {
+    return (t.tagName === "INPUT" && t.id !== "scrub") || t.tagName === "TEXTAREA" || t.isContentEditable;
+  }
   function keydown(e) {
-    if (["SELECT", "INPUT"].includes(e.target.tagName) || $("lesson-box").open) return;
+    if (typing(e.target) || $("lesson-box").open || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.target.tagName === "SELECT" && ["ArrowUp", "ArrowDown", "Enter"].includes(e.key)) return;
     const keys = Object.keys(builders);
     if (e.key === "ArrowRight") { pause(); show(state.step + 1); }
     else if (e.key === "ArrowLeft") { pause(); show(state.step - 1); }
+    else if (e.key === "Home") { pause(); show(0); }
+    else if (e.key === "End") { pause(); show(state.scene ? state.scene.count - 1 : 0); }
     else if (e.key === " ") { state.timer ? pause() : play(); }
     else if (e.key === "p" || e.key === "P") toggleProjector();
     else if (e.key === "l" || e.key === "L") { Timeline.toggleAxis(); show(state.step); }
@@ -165,8 +212,8 @@ const Classroom = (() => {
 
   function start() {
     Classroom.info = JSON.parse($("scenes").textContent);
-    const { events, procs, skipped } = readTrace();
-    state.ctx = { procs, skipped, link: events.find((e) => e.name === "link alpha-beta") };
+    const { events, procs, skipped, ours } = readTrace();
+    state.ctx = { procs, skipped, ours, link: events.find((e) => e.name === "link alpha-beta") };
     const nav = $("scenes-nav");
     const keys = Object.keys(builders);
     let first = null;
@@ -185,7 +232,7 @@ const Classroom = (() => {
     $("next").onclick = () => { pause(); show(state.step + 1); };
     $("play").onclick = () => (state.timer ? pause() : play());
     $("scrub").oninput = (e) => { pause(); show(Number(e.target.value)); };
-    $("speed").onchange = () => { if (state.timer) { pause(); play(); } };
+    $("speed").onchange = () => { $("speed").blur(); if (state.timer) { pause(); play(); } };
     $("projector").onclick = toggleProjector;
     $("axis").onclick = () => { Timeline.toggleAxis(); show(state.step); };
     document.addEventListener("keydown", keydown);
@@ -210,5 +257,5 @@ const Classroom = (() => {
     return e;
   }
 
-  return { scene, start, go, el, info: {}, state };
+  return { scene, start, go, el, info: {}, state, param, setParams };
 })();

@@ -57,36 +57,48 @@
           panel.append(div);
         }
         if (!layout.length) panel.append(el("p", { class: "note", text: "(no bucket layout in this trace)" }));
-        const rows = [];
-        for (const r of who) {
-          rows.push({ label: `rank ${r} compute`, match: (e) => e.pid === r && !comm(e) });
-          rows.push({ label: `rank ${r} all-reduce`, match: (e) => e.pid === r && comm(e) });
-        }
+        // one row per rank: its compute above, its communication thread below
+        const rows = who.map((r) => ({ label: `rank ${r}`, match: (e) => e.pid === r }));
         const starts = seq.map((e) => e.ts);
         const own = (r) => events.filter((e) => e.pid === r && isDdp(e)).slice(0, seq.length).map((e) => e.ts);
         const main = Draw.main(panel);
         stage.append(main);
         main.append(Timeline.draw({
-          id: "ddp", events: all, width: room.w, rows, colour, step: k, starts,
-          height: room.h - main.offsetHeight - 8, rowStarts: (i) => own(who[i >> 1]),
+          id: "ddp", axis: "wall", events: all, width: room.w, rows, colour, step: k, starts,
+          track: (e) => (comm(e) ? 1 : 0),
+          stepsNote: "Logical steps: one column per event of rank 0, not per unit of time — a bar across " +
+            "many columns may have spent most of its time in one (the wall clock says how long; L).",
+          height: room.h - main.offsetHeight - 8, rowStarts: (i) => own(who[i]),
           label: (e) => e.name.replace("all-reduce bucket ", "bucket ").replace("wait for buckets", "wait"),
           current: new Set(cur && cur.name !== "ddp buckets" ? [cur.id] : []),
           pick: (e) => { const i = seq.indexOf(e); return i >= 0 ? i + 1 : null; },
           legend: [[COLOUR.forward, "forward"], [COLOUR.backward, "backward"], [COLOUR["grad ready"], "gradient ready (hook)", true],
-                   [COLOUR["bucket launch"], "bucket launched", true], [COLOUR["all-reduce"], "bucket all-reduce (comm thread)"],
+                   [COLOUR["bucket launch"], "bucket launched", true], [COLOUR["all-reduce"], "bucket all-reduce (comm thread, lower track)"],
                    [COLOUR["bucket finish"], "bucket done", true], [COLOUR["wait for buckets"], "backward waits for buckets"]],
         }));
-        const wait = seq.find((e) => e.name === "wait for buckets");
-        if (wait) {
-          let during = 0, total = 0;
-          for (const e of seq.filter((q) => q.name.startsWith("all-reduce"))) {
-            total += e.dur;
-            during += Math.max(0, Math.min(e.ts + e.dur, wait.ts) - e.ts);
-          }
-          stage.append(el("p", { id: "ddp-overlap", text: `rank ${rank}: ${micros(during)} of ${micros(total)} ` +
-            "of all-reduce ran while backward was still computing (before it began to wait)." }));
-        }
+        stage.append(overlap());
       },
     };
+
+    // Compute vs communication on each rank: how much of the all-reduce hid behind
+    // backward (ran before backward began to wait), and how long backward computed.
+    function overlap() {
+      const per = who.map((r) => {
+        const mine = all.filter((e) => e.pid === r);
+        const wait = mine.find((e) => e.name === "wait for buckets"), back = mine.find((e) => e.name === "backward");
+        let during = 0, total = 0;
+        for (const e of mine.filter((q) => q.name.startsWith("all-reduce"))) {
+          total += e.dur;
+          during += wait ? Math.max(0, Math.min(e.ts + e.dur, wait.ts) - e.ts) : 0;
+        }
+        return { r, during, total, compute: back && wait ? wait.ts - back.ts : null };
+      });
+      const p0 = per[0];
+      const others = per.length > 1 ? ` (every rank: ${per.map((p) => `${Math.round((100 * p.during) / (p.total || 1))}%`).join(", ")} hidden)` : "";
+      return el("p", { id: "ddp-overlap", "data-during": p0.during, "data-total": p0.total,
+        text: `Compute vs communication, rank ${p0.r}: backward computed for ${p0.compute === null ? "–" : micros(p0.compute)}; ` +
+          `${micros(p0.during)} of ${micros(p0.total)} of all-reduce ran while it still computed (hidden), the ` +
+          `rest after (exposed: backward waits for it)${others}.` });
+    }
   });
 })();

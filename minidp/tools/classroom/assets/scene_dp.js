@@ -36,22 +36,28 @@
         for (const d of devices) {
           const card = el("div", { class: "card", "data-device": d, style: `width:${w}px` },
             el("h3", { text: `device ${d}${d === 0 ? " (main)" : ""}` }));
-          const e = current && at(current, d);
-          if (e) {
-            const f = FIELD[current], v = e.args[VALUE[f]];
-            let label = LABEL[f];
-            if (f === "input") label += ` ${e.args.rows[0]}..${e.args.rows[1]}`;
-            if (f === "weight") label += e.args.shares_storage ? " (IS the model)" : " (a copy)";
-            card.append(el("div", { class: "field current", "data-field": f, "data-values": JSON.stringify(v) },
-              el("b", { text: label }), el("div", { class: "mat", text: text(v) })));
-          } else {
-            card.append(el("div", { class: "note", text: k === 0 ? "waiting for the step" : `nothing in ${current}` }));
+          // every stage's content in one place, this one shown: the card is as tall at every step
+          const stack = el("div", { class: "stack" });
+          for (const stg of [null, ...STAGES]) {
+            const e = stg && at(stg, d), on = stg === (current || null);
+            if (e) {
+              const f = FIELD[stg], v = e.args[VALUE[f]];
+              let label = LABEL[f];
+              if (f === "input") label += ` ${e.args.rows[0]}..${e.args.rows[1]}`;
+              if (f === "weight") label += e.args.shares_storage ? " (IS the model)" : " (a copy)";
+              stack.append(el("div", { class: on ? "field current" : "off", ...(on ? { "data-field": f, "data-values": JSON.stringify(v) } : {}) },
+                el("b", { text: label }), el("div", { class: "mat", text: text(v) })));
+            } else {
+              stack.append(el("div", { class: on ? "note" : "off", text: stg ? `nothing in ${stg}` : "waiting for the step" }));
+            }
           }
+          card.append(stack);
           cards.append(card);
         }
-        stage.append(Draw.main(strip, cards));
-        if (k >= 5) stage.append(el("p", { text: `loss ${at("backward", 0).args.loss.toFixed(5)}` }));
-        stage.append(Timeline.draw({
+        const loss = el("p", { class: k >= 5 ? "" : "off", text: `loss ${at("backward", 0).args.loss.toFixed(5)}` });
+        const main = Draw.main(strip, cards, loss);
+        stage.append(main);
+        main.append(Timeline.draw({ height: room.h - main.offsetHeight - 8,
           id: "dp", events: mine, width: room.w, step: k, starts,
           rows: devices.map((d) => ({ pid: d, lanes: ["classroom"], label: `device ${d}` })),
           colour: (e) => COLOUR[e.args.stage], label: (e) => e.args.stage,

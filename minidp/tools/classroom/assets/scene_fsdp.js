@@ -8,6 +8,7 @@
   const UNIT = "(unit \\d+|root)$";
   const LIB = new RegExp(`^(issue all-gather|all-gather|forward|backward|reduce-scatter) ${UNIT}`);
   const OURS = ["unit gathered", "unit freed", "wait reduce-scatters"];
+  const GRADS = ["unit grads", "unit reduce start", "unit reduced"];  // the gradients' bytes, observed
   const WAIT = new RegExp(`^wait (all-gather ${UNIT}|reduce-scatters)`);
   const unitOf = (e) => e.args.unit || e.name.replace(/^(issue all-gather|all-gather|forward|backward|reduce-scatter|wait all-gather) /, "");
   const COLOUR = { forward: "#4c78a8", backward: "#54a24b", "all-gather": "#1b9e77", "reduce-scatter": "#d95f02",
@@ -43,21 +44,29 @@
     const all = events.filter((e) => LIB.test(e.name) || OURS.includes(e.name) || WAIT.test(e.name));
     const who = ranks(all);
 
-    // What rank `rank` holds for parameters just after event `upto` (ts order), and the
-    // peak so far: the momentary peak of a gather (buffer and full parameters) included.
+    // What rank `rank` holds just after time t beyond its shards — all-gather buffers, gathered
+    // units, unsharded gradients, reduce-scatter inputs — and the peak so far: the moment of a
+    // gather (buffer and full parameters both) included.
+    const grads = events.filter((e) => e.pid === rank && GRADS.includes(e.name));
     function held(t) {
-      let buffer = 0, full = 0, peak = shards;
-      const moves = [...starts_, ...byName(seq, "unit gathered"), ...byName(seq, "unit freed")]
+      const h = { buffer: 0, full: 0, grads: 0, input: 0 }, of = {};
+      let peak = shards;
+      const sum = () => shards + h.buffer + h.full + h.grads + h.input;
+      const moves = [...starts_, ...byName(seq, "unit gathered"), ...byName(seq, "unit freed"), ...grads]
         .filter((e) => e.ts <= t).sort((a, b) => a.ts - b.ts || a.id - b.id);
       for (const e of moves) {
-        if (e.name === "unit gather start") buffer += e.args.buffer;
-        else if (e.name === "unit gathered") { full += e.args.bytes; peak = Math.max(peak, shards + buffer + full); buffer -= e.args.buffer; }
-        else full -= e.args.bytes;
-        peak = Math.max(peak, shards + buffer + full);
+        const a = e.args, u = a.unit;
+        if (e.name === "unit gather start") h.buffer += a.buffer;
+        else if (e.name === "unit gathered") { h.full += a.bytes; peak = Math.max(peak, sum()); h.buffer -= a.buffer; }
+        else if (e.name === "unit freed") h.full -= a.bytes;
+        else if (e.name === "unit grads") h.grads += (of[`g${u}`] = a.bytes);
+        else if (e.name === "unit reduce start") h.input += (of[`i${u}`] = a.buffer);
+        else { h.grads -= of[`g${u}`] || 0; h.input -= of[`i${u}`] || 0; }
+        peak = Math.max(peak, sum());
       }
-      return { buffer, full, peak };
+      return { ...h, peak };
     }
-    const top = maxOf(seq, (e) => held(e.ts).peak, shards);
+    const top = held(Infinity).peak;  // the whole step's peak: one scale for every step
 
     function state(u, t) {
       let s = "sharded";
@@ -71,20 +80,21 @@
       return s;
     }
 
-    function arrows(cur) {
-      const px = smallPx(), r = textWidth(`rank ${world - 1}`, px) / 2 + 12;
+    // The ranks as a ring (r -> r-1: minidp's all-gather and reduce-scatter go round it, in
+    // W-1 steps, so every rank ends with every shard), laid out once for every step.
+    const links = who.length === 2 ? [[who[0], who[1]], [who[1], who[0]]] :
+      who.map((s, i) => [s, who[(i - 1 + who.length) % who.length]]);
+    function picture(cur, lay) {
       const kind = cur && (cur.name.startsWith("all-gather") ? "all-gather" : cur.name.startsWith("reduce-scatter") ? "reduce-scatter" : null);
       const u = cur && unitOf(cur), per = u && size[u] ? Math.ceil(size[u].buffer / world) : null;
-      const moves = [];
-      for (const s of who) for (const d of who) {
-        if (s === d) continue;
-        moves.push(kind ? { src: s, dst: d, colour: COLOUR[kind], text: per ? `${kind === "all-gather" ? "shard" : "grad shard"} ${bytes(per)}` : kind }
-                        : { src: s, dst: d, colour: "#ccc", still: true });
-      }
-      const nodes = Topology.circle(who, Math.max(1.8 * r, 60)).map((n) => ({ ...n, label: `rank ${n.id}` }));
-      return el("div", { class: "card", id: "fsdp-arrows" }, el("h3", { text: kind ? `${kind} ${u}` : "ranks" }),
-        Topology.draw({ nodes, moves, r }));
+      const moves = links.map(([s, d], i) => (kind ?
+        { src: s, dst: d, colour: COLOUR[kind], box: lay.boxes[i], text: lay.v === 0 && per ? bytes(per) : "" } :
+        { src: s, dst: d, colour: "#ccc", still: true }));
+      const what = kind ? `${kind} ${u}${per ? `: shards of ${bytes(per)} round the ring` : ""}` : "the ranks' ring";
+      return el("div", { class: "card", id: "fsdp-arrows" }, el("div", { class: "what", text: what, title: what }),
+        Topology.draw({ nodes: lay.nodes.map((n) => ({ ...n, label: lay.name(n.id) })), moves, r: lay.r, frame: lay.frame }));
     }
+    const STATES = ["sharded", "prefetch issued", "all-gather in flight", "gathered", "(not observed)"];
 
     return {
       count: seq.length + 1,
@@ -96,32 +106,40 @@
         for (const u of units) {
           const s = observed ? state(u, t) : "unknown";
           cards.append(el("div", { class: `card${cur && unitOf(cur) === u ? " current" : ""}`, "data-unit": u, "data-state": s },
-            el("h3", { text: u === "root" ? "root (last layer)" : u }), el("div", { text: observed ? s : "(not observed)" }),
+            el("h3", { text: u === "root" ? "root (last layer)" : u }),
+            el("div", { class: "stack" }, ...STATES.map((q) => el("div", { class: q === s ? "" : "off", text: q }))),
             el("div", { class: "note", text: size[u] ? `full ${bytes(size[u].bytes)}` : "" })));
         }
-        const parts = [el("div", { class: "row" }, cards, arrows(cur))];
+        const parts = [cards];
         if (observed) {
-          const h = held(t), sc = Draw.scale(top, Math.min(room.w - 40, 900));
+          const h = held(t), sc = Draw.scale(top, Math.min(room.w * 0.68 - 40, 900));
+          const now_ = shards + h.buffer + h.full + h.grads + h.input;
           parts.push(el("p", { id: "fsdp-memory", "data-shards": shards, "data-buffer": h.buffer, "data-full": h.full,
-            "data-peak": h.peak, text: `rank ${rank} holds ${bytes(shards)} of shards + ${bytes(h.buffer)} of ` +
-            `all-gather buffers + ${bytes(h.full)} of gathered units = ${bytes(shards + h.buffer + h.full)}; ` +
-            `peak so far ${bytes(h.peak)}` }),
+            "data-grads": h.grads, "data-input": h.input, "data-peak": h.peak,
+            text: `rank ${rank} holds ${bytes(shards)} of shards (its own rows) + ${bytes(h.buffer)} all-gather buffers + ` +
+            `${bytes(h.full)} gathered units + ${bytes(h.grads + h.input)} unsharded gradients and their reduce-scatter ` +
+            `input = ${bytes(now_)}; peak so far ${bytes(h.peak)}` }),
           peakBar(Draw.bar([{ cls: "part-params", bytes: shards, title: "shards" }, { cls: "part-buffer", bytes: h.buffer,
-            title: "all-gather buffers" }, { cls: "part-full", bytes: h.full, title: "gathered units" }], sc), sc.px(h.peak)),
+            title: "all-gather buffers" }, { cls: "part-full", bytes: h.full, title: "gathered units" },
+            { cls: "part-fullgrads", bytes: h.grads, title: "unsharded gradients" },
+            { cls: "part-rsbuf", bytes: h.input, title: "reduce-scatter input" }], sc), sc.px(h.peak)),
           Draw.legend([["part-params", "this rank's shards"], ["part-buffer", "all-gather buffers (held from the moment a gather starts: prefetch costs memory)"],
-                       ["part-full", "gathered full parameters"], ["#111", "peak so far", true]]));
+                       ["part-full", "gathered full parameters"], ["part-fullgrads", "unsharded gradients"],
+                       ["part-rsbuf", "reduce-scatter input"], ["#111", "peak so far", true]]));
         }
-        const rows = [];
-        for (const r of who) {
-          rows.push({ label: `rank ${r} compute`, match: (e) => e.pid === r && e.lane === "compute" });
-          rows.push({ label: `rank ${r} comm`, match: (e) => e.pid === r && e.lane !== "compute" });
-        }
-        const main = Draw.main(...parts);
+        // one row per rank: compute above, communication below
+        const rows = who.map((r) => ({ label: `rank ${r}`, match: (e) => e.pid === r }));
+        const left = el("div", {}, ...parts), right = el("div", { class: "ring-right" });
+        const main = Draw.main(el("div", { class: "split" }, left, right));
         stage.append(main);
+        left.style.width = `${Math.min(room.w * 0.68, 1100)}px`;
+        const px = smallPx(), lay = Topology.choose(who, links, [links.map(() => textWidth("00.0 KiB", px)),
+          links.map(() => 0)], room.w - left.offsetWidth - 40, Math.max(left.offsetHeight - px * 1.6, px * 8));
+        right.append(picture(cur, lay));
         main.append(Timeline.draw({
           id: "fsdp", events: all, rows, colour, label, width: room.w, step: k, starts: seq.map((e) => e.ts),
-          height: room.h - main.offsetHeight - 8,
-          rowStarts: (i) => events.filter((e) => e.pid === who[i >> 1] && (LIB.test(e.name) || OURS.includes(e.name)))
+          height: room.h - main.offsetHeight - 8, track: (e) => (e.lane === "compute" ? 0 : 1),
+          rowStarts: (i) => events.filter((e) => e.pid === who[i] && (LIB.test(e.name) || OURS.includes(e.name)))
             .slice(0, seq.length).map((e) => e.ts),
           current: new Set(cur ? [cur.id] : []),
           pick: (e) => { const i = seq.indexOf(e); return i >= 0 ? i + 1 : null; },

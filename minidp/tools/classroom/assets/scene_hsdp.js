@@ -5,31 +5,45 @@
 // the same order), forward or backward; shown: who sent how many bytes to whom.
 (() => {
   const { el } = Classroom;
-  const { byName, ranks, bytes, svg, textWidth, smallPx, maxOf, minOf } = Draw;
+  const { byName, ranks, bytes, micros, svg, textWidth, smallPx, maxOf, minOf } = Draw;
   const ORDER = { "all-gather": 0, "reduce-scatter": 1, "all-reduce": 2 };
   const COLOUR = { "all-gather": "#1b9e77", "reduce-scatter": "#d95f02", "all-reduce": "#c0392b" };
+  const ARC = [1.9, 3.3];  // a wrap-around arc's depth in lines: under the labels below the ranks
 
-  // The mesh at 1:1 (text at the page's size): ranks in one box per node, this step's
-  // messages as arrows with their bytes, red and thick when they cross nodes.
-  function meshPicture(mesh, nodeOf, links) {
+  // The mesh at 1:1 (text at the page's size), laid out once for every step: ranks in one
+  // box per node, the data links of any step as arrows (a ring's wrap-around as an arc
+  // below the row, or beside the column), this step's drawn with their bytes, red and
+  // thick when they cross nodes. minidp's header check (a small message to every peer) is
+  // counted in the tables, not drawn.
+  function meshLayout(mesh, links, lab) {
     const px = smallPx(), R = mesh.length, S = mesh[0].length, lh = px * 1.3;
-    const colText = (c) => `replicate group [${mesh.map((row) => row[c]).join(", ")}]`;
-    const bw = textWidth("rank 00", px) + 24, bh = px * 2.2;
-    const lab = maxOf(links, (l) => textWidth(bytes(l.bytes), px), textWidth("00.0 KiB", px)) + 12;
-    const colW = maxOf(mesh[0].map((_, c) => c), (c) => textWidth(colText(c), px));
-    const gx = Math.max(2 * lab + 40, colW - bw + 24);  // room for both arrows' labels, and the columns'
-    // each node's name on its left, where no arrow runs
-    const title = maxOf(mesh, (row) => textWidth(`shard group [${row.join(", ")}]`, px)) + 20;
-    const x0 = 10 + title + Math.max(lab + 20, colW / 2 - bw / 2 + 14);
-    const gy = Math.max(lh * 2, 2 * px);
-    const nodeH = Math.max(lh + 10 + bh + lh + 10, 2 * lh + 20);  // labels above arrows, ranks, below
-    const W = x0 + S * bw + (S - 1) * gx + Math.max(lab + 20, colW / 2 - bw / 2 + 14);
-    const H = R * nodeH + (R - 1) * gy + lh + 16;
-    const gapMid = (y) => {  // the middle of the gap between two nodes nearest to y
-      let best = 8 + nodeH + gy / 2;
-      for (let r = 1; r < R; r++) { const m = 8 + r * nodeH + (r - 1) * gy + gy / 2; if (Math.abs(m - y) < Math.abs(best - y)) best = m; }
-      return best;
-    };
+    const colText = (c) => `replicate [${mesh.map((row) => row[c]).join(", ")}]`;
+    const bw = textWidth(`rank ${Math.max(...mesh.flat())}`, px) + 20, bh = px * 1.7;
+    const where = {};
+    mesh.forEach((row, r) => row.forEach((rank, s) => { where[rank] = { r, s }; }));
+    const has = (a, b) => links.some(([x, y]) => x === a && y === b);
+    const wraps = links.filter(([a, b]) => where[a].r === where[b].r && Math.abs(where[a].s - where[b].s) > 1);
+    const arcs = wraps.some(([a, b]) => has(b, a)) ? 2 : wraps.length ? 1 : 0;  // one arc per direction
+    const wrapsAcross = links.some(([a, b]) => where[a].s === where[b].s && Math.abs(where[a].r - where[b].r) > 1);
+    const colW = maxOf(mesh[0].map((_, c) => c), (c) => textWidth(colText(c), px)) + 16;
+    const title = textWidth("node 0", px) + 20;
+    const gx = Math.max(lab + 24, colW - bw, 3 * px);
+    const side = wrapsAcross ? lab + 3 * px : 10;
+    const x0 = 8 + Math.max(title, (colW - bw) / 2);
+    // labels above, ranks, labels below — or the arcs (under the labels below) and theirs
+    const nodeH = (lh + 4) + bh + (arcs ? 0.75 * ARC[arcs - 1] * lh + lh + 4 : lh + 4) + 4;
+    const gy = Math.max(px * 2, 3 * px * (wrapsAcross ? 1 : 0.6));
+    const W = Math.ceil(x0 + S * bw + (S - 1) * gx + Math.max(0, (colW - bw) / 2) + side + 8);
+    const H = Math.ceil(R * nodeH + (R - 1) * gy + lh + 12);
+    const pos = {};
+    mesh.forEach((row, r) => row.forEach((rank, s) => {
+      pos[rank] = { x: x0 + s * (bw + gx), y: 6 + r * (nodeH + gy) + lh + 4 };
+    }));
+    return { px, R, S, lh, bw, bh, gx, gy, nodeH, W, H, pos, where, has, colText };
+  }
+
+  function meshPicture(mesh, L, links) {
+    const { px, lh, bw, bh, nodeH, gy, W, H, pos, where, has, colText } = L;
     const root = svg("svg", { class: "mesh", width: W, height: H, viewBox: `0 0 ${W} ${H}` });
     const defs = svg("defs", {});
     for (const [id, c] of [["hsdp-in", "#555"], ["hsdp-out", COLOUR["all-reduce"]]]) {
@@ -39,44 +53,50 @@
       defs.append(m);
     }
     root.append(defs);
-    const pos = {};
     mesh.forEach((row, r) => {
-      const y = 8 + r * (nodeH + gy);
-      root.append(svg("rect", { x: 10, y, width: W - 20, height: nodeH, rx: 10, fill: "#f1f4f8", stroke: "#9aa7b8" }));
-      root.append(svg("text", { x: 22, y: y + nodeH / 2 - lh * 0.2, "font-size": px, class: "node-label" }, `node ${r}`));
-      root.append(svg("text", { x: 22, y: y + nodeH / 2 + lh * 0.8, "font-size": px, class: "node-label" },
-                      `shard group [${row.join(", ")}]`));
-      row.forEach((rank, s) => {
-        const x = x0 + s * (bw + gx);
-        pos[rank] = { x, y: y + (nodeH - bh) / 2 };
-        const g = svg("g", { "data-mesh-rank": rank });
-        g.append(svg("rect", { x, y: pos[rank].y, width: bw, height: bh, rx: 6, fill: "#fff", stroke: "#4c78a8", "stroke-width": 2 }));
-        g.append(svg("text", { x: x + bw / 2, y: pos[rank].y + bh / 2 + px * 0.35, "font-size": px, "text-anchor": "middle" }, `rank ${rank}`));
+      const y = 6 + r * (nodeH + gy);
+      root.append(svg("rect", { x: 4, y, width: W - 8, height: nodeH, rx: 10, fill: "#f1f4f8", stroke: "#9aa7b8" }));
+      const name = svg("text", { x: 12, y: pos[row[0]].y + bh / 2 + px * 0.35, "font-size": px, class: "node-label" }, `node ${r}`);
+      name.append(svg("title", {}, `node ${r}: shard group [${row.join(", ")}]`));
+      root.append(name);
+      for (const rank of row) {
+        const g = svg("g", { "data-mesh-rank": rank }), p = pos[rank];
+        g.append(svg("rect", { x: p.x, y: p.y, width: bw, height: bh, rx: 6, fill: "#fff", stroke: "#4c78a8", "stroke-width": 2 }));
+        g.append(svg("text", { x: p.x + bw / 2, y: p.y + bh / 2 + px * 0.35, "font-size": px, "text-anchor": "middle" }, `rank ${rank}`));
         root.append(g);
-      });
+      }
     });
     mesh[0].forEach((_, c) => {  // the columns: the same shard on every node
-      const x = x0 + c * (bw + gx) + bw / 2, col = mesh.map((row) => row[c]);
+      const x = pos[mesh[0][c]].x + bw / 2, col = mesh.map((row) => row[c]);
       root.append(svg("line", { x1: x, x2: x, y1: pos[col[0]].y + bh, y2: pos[col[col.length - 1]].y, stroke: "#bbb", "stroke-dasharray": "4 4" }));
-      root.append(svg("text", { x, y: H - 6, "font-size": px,
-                                "text-anchor": "middle", class: "node-label" }, colText(c)));
+      root.append(svg("text", { x, y: H - 6, "font-size": px, "text-anchor": "middle", class: "node-label" }, colText(c)));
     });
     for (const l of links) {
-      const a = pos[l.src], b = pos[l.dst], across = nodeOf[l.src] !== nodeOf[l.dst];
-      const up = l.src < l.dst ? -1 : 1;  // the two directions of a pair side by side
-      let x1, y1, x2, y2, tx, ty, anchor;
-      if (across) {  // vertical, between the rows; label beside its own arrow
-        x1 = x2 = a.x + bw / 2 + up * 12;
-        y1 = a.y < b.y ? a.y + bh : a.y; y2 = a.y < b.y ? b.y : b.y + bh;
-        tx = x1 + up * 8; ty = gapMid((y1 + y2) / 2) + px * 0.35; anchor = up < 0 ? "end" : "start";
-      } else {  // horizontal, within the node; label above (one way) or below (the other)
-        y1 = y2 = a.y + bh / 2 + up * (bh / 4);
-        x1 = a.x < b.x ? a.x + bw : a.x; x2 = a.x < b.x ? b.x : b.x + bw;
-        tx = (x1 + x2) / 2; ty = up < 0 ? a.y - 4 : a.y + bh + px; anchor = "middle";
+      const a = pos[l.src], b = pos[l.dst], wa = where[l.src], wb = where[l.dst];
+      const across = wa.r !== wb.r, both = has(l.dst, l.src);
+      let d, tx, ty, anchor = "middle";
+      if (!across && Math.abs(wa.s - wb.s) === 1) {  // neighbours in a node: straight; label above (or below)
+        const up = both && l.src > l.dst ? 1 : -1, y = a.y + bh / 2 + (both ? up * bh / 4 : 0);
+        const x1 = a.x < b.x ? a.x + bw : a.x, x2 = a.x < b.x ? b.x : b.x + bw;
+        d = `M${x1},${y} L${x2},${y}`;
+        tx = (x1 + x2) / 2; ty = both && up > 0 ? a.y + bh + px : a.y - 5;
+      } else if (!across) {  // a ring's wrap-around in a node: an arc under the row (the other way: deeper)
+        const y = a.y + bh, drop = lh * ARC[both && l.src < l.dst ? 1 : 0];  // deepest: 3/4 of it
+        d = `M${a.x + bw / 2},${y} C${a.x + bw / 2},${y + drop} ${b.x + bw / 2},${y + drop} ${b.x + bw / 2},${y + 2}`;
+        tx = (a.x + b.x + bw) / 2; ty = y + 0.75 * drop + px;
+      } else if (Math.abs(wa.r - wb.r) === 1) {  // neighbouring nodes: vertical; label beside
+        const side_ = both && l.src > l.dst ? 1 : -1, x = a.x + bw / 2 + (both ? side_ * 12 : 0);
+        const y1 = a.y < b.y ? a.y + bh : a.y, y2 = a.y < b.y ? b.y : b.y + bh;
+        d = `M${x},${y1} L${x},${y2}`;
+        tx = x + (both ? side_ : 1) * 8; ty = (y1 + y2) / 2 + px * 0.35; anchor = both && side_ < 0 ? "end" : "start";
+      } else {  // a column's wrap-around: an arc beside the column
+        const x = a.x + bw, out = bw * 0.6;
+        d = `M${x},${a.y + bh / 2} C${x + out},${a.y + bh / 2} ${x + out},${b.y + bh / 2} ${x + 2},${b.y + bh / 2}`;
+        tx = x + out * 0.8; ty = (a.y + b.y + bh) / 2 + px * 0.35; anchor = "start";
       }
       const g = svg("g", { class: "link", "data-src": l.src, "data-dst": l.dst, "data-bytes": l.bytes,
                            "data-scope": across ? "inter" : "intra" });
-      g.append(svg("line", { x1, y1, x2, y2, stroke: across ? COLOUR["all-reduce"] : "#555",
+      g.append(svg("path", { d, fill: "none", stroke: across ? COLOUR["all-reduce"] : "#555",
         "stroke-width": across ? 4 : 2.5, "marker-end": `url(#${across ? "hsdp-out" : "hsdp-in"})` }));
       g.append(svg("text", { x: tx, y: ty, "font-size": px, "text-anchor": anchor,
                              fill: across ? COLOUR["all-reduce"] : "#333" }, bytes(l.bytes)));
@@ -104,6 +124,27 @@
     const spans = events.filter((e) => e.ph === "X" && e.lane === "comm" && /^hsdp (all-gather|reduce-scatter) /.test(e.name));
     const starts = keys.map((key) => minOf(sends.filter((e) => keyOf(e) === key), (e) => e.ts));
     const holder = (e) => spans.find((s) => s.pid === e.pid && s.ts <= e.ts && e.ts <= s.ts + s.dur);
+
+    // Every step's data links (headers aside) and the widest byte label: one layout for all.
+    const data = sends.filter((e) => !e.args.header);
+    const dataLinks = [...new Set(data.map((e) => `${e.pid}>${e.args.to}`))].map((k) => k.split(">").map(Number));
+    const perStep = {};
+    for (const e of data) { const key = `${keyOf(e)}/${e.pid}>${e.args.to}`; perStep[key] = (perStep[key] || 0) + e.args.bytes; }
+    const lab = (px) => maxOf(Object.values(perStep), (b) => textWidth(bytes(b), px), 0);
+
+    // What these bytes would take on a cluster: NVLink-class links in a node, a network
+    // card across nodes (the what-if's two bandwidths, which its sliders set).
+    function bandwidths(done) {
+      const inB = Number(Classroom.param("bnode")) || 450, outB = Number(Classroom.param("bnet")) || 50;
+      const per = all.map((r) => done.filter((e) => e.pid === r));
+      const intra = maxOf(per, (l) => l.filter((e) => nodeOf[e.args.to] === nodeOf[e.pid]).reduce((s, e) => s + e.args.bytes, 0));
+      const inter = maxOf(per, (l) => l.filter((e) => nodeOf[e.args.to] !== nodeOf[e.pid]).reduce((s, e) => s + e.args.bytes, 0));
+      return el("p", { class: "formula", id: "hsdp-bandwidth", "data-intra": intra, "data-inter": inter,
+        text: `On a cluster (β in a node ${inB} GB/s, NVLink-class; across nodes ${outB} GB/s, a network card; set ` +
+          `them in What if): the busiest rank's bytes so far take ${micros(intra / (inB * 1000))} in its node and ` +
+          `${micros(inter / (outB * 1000))} across — each byte across costs ${(inB / outB).toFixed(0)}× one in the node, ` +
+          "which is why HSDP keeps the all-gathers and reduce-scatters inside it." });
+    }
 
     function rankTable(now, done) {
       const table = el("table", { class: "grid", id: "hsdp-ranks" }, el("tr", {},
@@ -157,19 +198,22 @@
             text: `${k}. ${cur.args.phase || ""}: ${cur.args.collective} ${cur.args.unit}${again}, ${where}` }));
         }
         const perLink = {};
-        for (const e of now) {
+        for (const e of now.filter((q) => !q.args.header)) {
           const key = `${e.pid}>${e.args.to}`;
           perLink[key] = perLink[key] || { src: e.pid, dst: e.args.to, bytes: 0 };
           perLink[key].bytes += e.args.bytes;
         }
-        stage.append(Draw.main(el("div", { class: "row" }, meshPicture(mesh, nodeOf, Object.values(perLink)), rankTable(now, done))));
+        const px = smallPx(), L = meshLayout(mesh, dataLinks, lab(px));
+        const main = Draw.main(el("div", { class: "split" }, meshPicture(mesh, L, Object.values(perLink)), rankTable(now, done)));
+        stage.append(main);
         const current = new Set(now.map((e) => e.id));
-        for (const e of now) { const s = holder(e); if (s) current.add(s.id); }
-        stage.append(Timeline.draw({
+        for (const e of now) { const s_ = holder(e); if (s_) current.add(s_.id); }
+        main.append(Timeline.draw({
           id: "hsdp", events: [...spans, ...sends], width: room.w, step: k, starts, current,
+          height: room.h - main.offsetHeight - px,
           rowStarts: (i) => keys.map((key) => { const m = sends.filter((e) => e.pid === all[i] && keyOf(e) === key);
                                                 return m.length ? minOf(m, (e) => e.ts) : undefined; }),
-          rows: all.map((r) => ({ pid: r, lanes: ["comm", "classroom"], label: `rank ${r} comm` })),
+          rows: all.map((r) => ({ pid: r, lanes: ["comm", "classroom"], label: `rank ${r}` })),
           colour: (e) => (e.name === "hsdp send" ? (e.args.group === "shard" ? "#555" : COLOUR["all-reduce"]) :
             e.name.startsWith("hsdp all-gather") ? COLOUR["all-gather"] : COLOUR["reduce-scatter"]),
           label: (e) => (e.name === "hsdp send" ? "" : [e.name.replace("hsdp ", "").replace("reduce-scatter", "reduce-scatter + all-reduce"),
@@ -178,6 +222,7 @@
           legend: [[COLOUR["all-gather"], "all-gather (in the node)"], [COLOUR["reduce-scatter"], "reduce-scatter, then all-reduce"],
                    ["#555", "a message in the node", true], [COLOUR["all-reduce"], "a message across nodes", true]],
         }));
+        stage.append(bandwidths(done));
         stage.append(unitTable(cur, done));
       },
     };

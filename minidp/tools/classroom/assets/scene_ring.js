@@ -1,16 +1,18 @@
-// Scene "ring": a real ring all-reduce, step by step — every chunk's values on every rank
-// (copies of the real messages' payloads), the ring with this step's chunks travelling,
-// and the timeline of each rank's steps beside the α-β model of a step.
+// Scene "ring": the book's ring all-reduce (lesson 8's page), step by step — every chunk's
+// values on every rank (copies of the real messages' payloads), the ring with this step's
+// chunks travelling r -> r-1, and the timeline of each rank's steps beside the α-β model
+// of a step. One layout for every step (table and timeline on the left, the ring on the
+// right, sized once for the widest label any step shows): nothing moves while stepping.
 (() => {
   const { el } = Classroom;
   const { byName, ranks, bytes, micros, maxOf, minOf, textWidth, smallPx } = Draw;
   const COLOUR = { "reduce-scatter": "#d95f02", "all-gather": "#1b9e77" };
 
-  function digitsText(world, d) {
+  function digitsText(d) {
     if (!d) return "Rank r's element i is r·100 + i + 1 (values too wide for digit groups).";
-    const base = d === 1 ? "10" : `10^${d} = ${10 ** d}`;
-    return `Rank r's element i is (i+1)·${d === 1 ? "10^r" : `(${base})^r`}: in any sum, ` +
-      `digit group r (${d} digit${d > 1 ? "s" : ""}) reads i+1 if rank r's piece is in it, else 0.`;
+    const base = d === 1 ? "10^r" : `(10^${d})^r`;
+    return `Rank r's element i is (i+1)·${base}: in any sum, digit group r reads i+1 if rank r's ` +
+      "piece is in it, else 0.";
   }
 
   Classroom.scene("ring", (events, ctx) => {
@@ -28,10 +30,11 @@
     const L = Model.link(ctx);
     const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
     const who = ranks(inputs);
+    const long = (e) => `c${e.args.chunk}: ${e.args.values.join(", ")}`, short = (e) => `c${e.args.chunk}`;
 
-    function grid(k, now) {
+    function grid(k, now, heads) {
       const head = el("tr", {}, el("th", { text: "" }));
-      chunks.forEach(([lo, hi], c) => head.append(el("th", { text: `chunk ${c} [${lo}:${hi}]` })));
+      chunks.forEach(([lo, hi], c) => head.append(el("th", { text: heads(c, lo, hi) })));
       const table = el("table", { class: "grid", id: "ring-grid" }, head);
       for (const r of who) {
         const holds = k === 0 ? input[r] : at[`${k}/${r}`].args.holds;
@@ -51,18 +54,25 @@
       return table;
     }
 
-    function picture(now, room, used) {
-      const px = smallPx(), r = textWidth(`rank ${world - 1}`, px) / 2 + 12;
-      const moves = now.map((e) => ({ src: e.pid, dst: e.args.to, colour: COLOUR[e.args.phase],
-        text: `c${e.args.chunk}: ${e.args.values.join(", ")}`, attrs: { "data-chunk": e.args.chunk } }));
-      if (!moves.length) {  // before the first step: the ring itself, faint
-        who.forEach((s, i) => moves.push({ src: s, dst: who[(i + 1) % who.length], colour: "#bbb", still: true }));
+    // The ring's layout for a w x h box, the same at every step: labels with values where
+    // they fit, else the chunk's name only (its values are in the table, outlined).
+    function layout(w, h) {
+      const px = smallPx(), links = who.map((s, i) => [s, who[(i - 1 + who.length) % who.length]]);
+      const widths = (text) => who.map((s) => maxOf(steps.filter((e) => e.pid === s), (e) => textWidth(text(e), px)));
+      const lay = Topology.choose(who, links, [widths(long), widths(short)], w, h);
+      return { ...lay, text: [long, short][lay.v] || (() => "") };
+    }
+
+    function picture(now, lay) {
+      const boxes = Object.fromEntries(who.map((s, i) => [s, lay.boxes[i]]));
+      const moves = now.map((e) => ({ src: e.pid, dst: e.args.to, colour: COLOUR[e.args.phase], text: lay.text(e),
+        box: boxes[e.pid], attrs: { "data-chunk": e.args.chunk } }));
+      if (!moves.length) {  // before the first step: the ring itself, faint, the way data will move
+        who.forEach((s, i) => moves.push({ src: s, dst: who[(i - 1 + who.length) % who.length], colour: "#bbb",
+                                           still: true, box: boxes[s] }));
       }
-      const label = maxOf(moves, (m) => (m.text ? textWidth(m.text, px) : 0)) + 16;
-      const byW = (room.w - used - 2 * label - 2 * r - 40) / 2, byH = (room.h - 2 * r - 3 * px) / 2;
-      const R = Math.max(2.2 * r, Math.min(byW, byH, 210));
-      return Topology.draw({ nodes: Topology.circle(who, R).map((n) => ({ ...n, label: `rank ${n.id}` })),
-                             moves, r, title: "the ring: each rank sends to the next" });
+      return Topology.draw({ nodes: lay.nodes.map((n) => ({ ...n, label: lay.name(n.id) })), moves, r: lay.r,
+                             frame: lay.frame, title: "the ring: each rank sends to the one before it (r → r−1)" });
     }
 
     return {
@@ -74,43 +84,46 @@
           const ph = now[0].args.phase, i = k <= world - 1 ? k : k - (world - 1);
           caption.append(el("span", { class: `phase-${ph}`, "data-phase": ph,
                                       text: `step ${k}: ${ph} ${i} of ${world - 1}` }));
+          if (k === count - 1 && result[0]) {
+            caption.append(` — every rank holds the sum; equal to torch.distributed.all_reduce: ${result[0].torch_equal}`);
+          }
         }
-        const left = el("div", {}, grid(k, now));
-        const moves = el("div", { class: "moves" });
-        for (const e of now) {
-          moves.append(el("div", { "data-src": e.pid, "data-dst": e.args.to,
-            text: `rank ${e.pid} → rank ${e.args.to}: chunk ${e.args.chunk} [${e.args.values.join(", ")}]` }));
-        }
-        if (k === count - 1 && result[0]) {
-          moves.append(el("div", { text: `every rank holds the sum; torch.distributed.all_reduce ` +
-                                         `on the same inputs equal: ${result[0].torch_equal}` }));
-        }
-        if (k === 0) moves.append(el("div", { class: "note", text: digitsText(world, digits) }));
-        left.append(moves);
-        const main = Draw.main(el("div", { class: "row" }, left));
+        const px = smallPx();
+        const long_ = (c, lo, hi) => `chunk ${c} [${lo}:${hi}]`, short_ = (c) => `c${c}`;
+        const left = el("div", { class: "ring-left" });
+        const main = Draw.main(el("div", { class: "split" }, left));
         stage.append(main);
-        main.firstChild.append(picture(now, room, left.offsetWidth + 16));
+        let table = grid(k, now, long_);
+        left.append(table);
+        if (table.offsetWidth > room.w * 0.6) { table.replaceWith(table = grid(k, now, short_)); }
+        left.append(el("p", { class: "note", id: "ring-digits", text: digitsText(digits) }));
+        const leftW = Math.min(Math.max(table.offsetWidth, room.w * 0.56), room.w * 0.66);
+        left.style.width = `${leftW}px`;
+        const rightW = room.w - leftW - 16;
+        const lay = layout(rightW, room.h);
+        main.firstChild.append(el("div", { class: "ring-right" }, picture(now, lay)));
 
         const chunkBytes = steps[0].args.bytes;
         const model = L && L.beta ? { label: "model α+n/β", bars: starts.map((_, i) => ({
           step: i + 1, us: Model.message(L, chunkBytes), text: micros(Model.message(L, chunkBytes)) })) } : null;
-        stage.append(Timeline.draw({
-          id: "ring", events: steps, width: room.w, step: k, starts,
+        left.append(Timeline.draw({
+          id: "ring", events: steps, width: leftW, step: k, starts,
+          height: room.h - left.offsetHeight - px,
           rows: who.map((r) => ({ pid: r, lanes: ["classroom"], label: `rank ${r}` })),
           colour: (e) => COLOUR[e.args.phase],
           label: (e) => [`c${e.args.chunk}→${e.args.to} ${micros(e.dur)}`, `c${e.args.chunk}→${e.args.to}`],
           current: new Set(now.map((e) => e.id)), pick: (e) => e.args.step, model,
           rowStarts: (i) => starts.map((_, j) => (at[`${j + 1}/${who[i]}`] || {}).ts),
           legend: [[COLOUR["reduce-scatter"], "reduce-scatter step"], [COLOUR["all-gather"], "all-gather step"],
-                   ...(model ? [["#e8e8e8", "model: one message's α + n/β"]] : [])],
+                   ...(model ? [["#e8e8e8", "model: α + n/β"]] : [])],
         }));
         const end = maxOf(steps, (e) => e.ts + e.dur);
+        const modelled = model ? 2 * (world - 1) * Model.message(L, chunkBytes) : NaN;
         stage.append(el("p", { class: "formula", id: "ring-model",
           text: `Model (lessons 6, 8): ${2 * (world - 1)} steps, each one message of N/W = ` +
-            `${bytes(chunkBytes)} per rank: ${Model.FORMULA.ring} = ` +
-            (model ? micros(2 * (world - 1) * Model.message(L, chunkBytes)) : "–") +
-            `; measured: ${micros(end - starts[0])} from the first step to the last's end. ` +
-            Model.describe(L) }));
+            `${bytes(chunkBytes)} per rank: ${Model.FORMULA.ring} = ${model ? micros(modelled) : "–"}; ` +
+            `measured: ${micros(end - starts[0])} from the first step to the last's end. ${Model.describe(L)}` }));
+        stage.append(Model.gap(L, modelled, end - starts[0], world));
       },
     };
   });

@@ -30,37 +30,43 @@
     const formula = { "parameter server": [Model.FORMULA.serverBytes, Model.serverBytes(S, world), "rank 0 sends"],
                       ring: [Model.FORMULA.ringBytes, Model.ringBytes(S, world), "every rank sends"] };
 
-    function picture(a, now, room) {
-      const px = smallPx(), r = textWidth(`rank ${world - 1}`, px) / 2 + 12;
+    // Each algorithm's picture, laid out once for a w x h box (the same at every step):
+    // the ring's links r -> r-1, the server's both ways along each spoke.
+    const LINKS = {
+      ring: who.map((s) => [s, (s - 1 + world) % world]),
+      "parameter server": who.slice(1).flatMap((s) => [[s, 0], [0, s]]),
+    };
+    function layout(a, w, h) {
+      const px = smallPx(), links = LINKS[a];
+      const texts = links.map(([s, d]) => maxOf(data.filter((e) => e.args.algorithm === a && e.pid === s && e.args.to === d),
+                                               (e) => textWidth(bytes(e.args.bytes), px)));
+      return Topology.choose(who, links, [texts, links.map(() => 0)], w, h, a === "ring" ? undefined : 0);
+    }
+    function picture(a, now, lay) {
       const mine = now.filter((e) => e.args.algorithm === a);
-      const moves = mine.map((e) => ({ src: e.pid, dst: e.args.to, colour: COLOUR[a], text: bytes(e.args.bytes) }));
-      if (!moves.length) {  // not this algorithm's turn: its links, faint
-        for (const s of who) {
-          const to = a === "ring" ? [(s + 1) % world] : s === 0 ? [] : [0];
-          for (const d of to) moves.push({ src: s, dst: d, colour: "#bbb", still: true });
-        }
+      const box = (s, d) => lay.boxes[LINKS[a].findIndex(([x, y]) => x === s && y === d)];
+      const moves = mine.map((e) => ({ src: e.pid, dst: e.args.to, colour: COLOUR[a], box: box(e.pid, e.args.to),
+                                       text: lay.v === 0 ? bytes(e.args.bytes) : "" }));
+      if (!moves.length) {  // not this algorithm's turn: its links, faint, the way data moves
+        for (const [s, d] of LINKS[a]) if (a === "ring" || s !== 0) moves.push({ src: s, dst: d, colour: "#bbb", still: true });
       }
-      const R = Math.max(2.1 * r, Math.min((room.h - 9 * px - 2 * r) / 2, room.w / 10, 150));
-      const nodes = (a === "ring" ? Topology.circle(who, R) : Topology.star(0, who.slice(1), R))
-        .map((n) => ({ ...n, label: `rank ${n.id}` }));
-      return Topology.draw({ nodes, moves, r, title: a === "ring" ? "ring: each rank sends to the next" :
-                                                               "parameter server: every link ends at rank 0" });
+      return Topology.draw({ nodes: lay.nodes.map((n) => ({ ...n, label: lay.name(n.id) })), moves, r: lay.r,
+        frame: lay.frame, title: a === "ring" ? "ring: each rank sends to the one before it (r → r−1)" :
+                                                "parameter server: every link ends at rank 0" });
     }
 
     // The card of one algorithm: its picture, then bytes each rank sent so far on scale `sc`.
-    function card(a, pic, done, now, sc) {
+    function card(a, pic, done, now, sc, lw) {
+      const [f, value, who_] = formula[a];
       const box = el("div", { class: `card${now.some((e) => e.args.algorithm === a) ? " current" : ""}`, "data-algo": a },
-        el("h3", { text: a }));
+        el("h3", {}, `${a} `, el("span", { class: "formula", text: `${who_} ${f} = ${bytes(value)}` })));
       const bars = el("div", {});
       const sent = who.map((s) => sentBy(done, a, s));
       for (const s of who) {
-        bars.append(el("div", { class: "field" }, el("b", { text: `rank ${s} sent ${bytes(sent[s])}` }),
+        bars.append(el("div", { class: "mrow" }, el("b", { style: `width:${lw}px`, text: `rank ${s}: ${bytes(sent[s])}` }),
           Draw.bar([{ cls: "part-sent", bytes: sent[s], attrs: { "data-rank": s, "data-algo": a } }], sc)));
       }
-      box.append(el("div", { class: "row" }, pic, bars));
-      const [f, value, who_] = formula[a];
-      box.append(el("p", { class: "formula", text: `${who_} ${f} = ${bytes(value)} (S = ${bytes(S)}, ` +
-        `W = ${world}); measured so far: ${bytes(maxOf(sent, (x) => x))}` }));
+      box.append(el("div", { class: "split" }, pic, bars));
       return box;
     }
 
@@ -89,25 +95,27 @@
         const cur = order[k - 1];
         const now = cur ? cur.msgs : [];
         const done = data.filter((e) => order.findIndex((o) => o.a === e.args.algorithm && o.s === e.args.step) < k);
-        caption.textContent = !cur ? `${S} bytes all-reduced by ${world} ranks: ${data.length} data messages, ` +
+        caption.textContent = !cur ? `${bytes(S)} all-reduced by ${world} ranks: ${data.length} data messages, ` +
           `${msgs.length - data.length} header messages` :
           `${cur.a}, step ${cur.s}: ${now.length} message${now.length > 1 ? "s" : ""} of ${bytes(now[0].args.bytes)}`;
-        const pics = algos.map((a) => picture(a, now, room));
-        const picW = maxOf(pics, (p) => Number(p.getAttribute("width")));
-        const sc = Draw.scale(final, Math.max(80, (room.w - 24) / algos.length - picW - 50));  // one scale, both cards
-        stage.append(Draw.main(el("div", { class: "compare", style: `grid-template-columns:repeat(${algos.length},1fr)` },
-          ...algos.map((a, i) => card(a, pics[i], done, now, sc)))));
-        const heads = msgs.filter((e) => e.args.header);
-        stage.append(el("p", { class: "note", id: "traffic-headers", "data-bytes": heads.reduce((s, e) => s + e.args.bytes, 0),
-          text: `Not counted above: minidp's check before each collective — every rank sent a ` +
-            `${bytes(heads.length ? heads[0].args.bytes : 0)} header to each of the other ${world - 1} ` +
-            `ranks, ${heads.length} messages in all (lesson 36). It belongs to neither algorithm.` }));
+        const px = smallPx(), cardW = (room.w - 16) / algos.length - 20;
+        const lw = textWidth(`rank ${world - 1}: 000.0 KiB`, px, true) + 8;
+        const barW = Math.min(120, cardW * 0.2), picW = cardW - lw - barW - 24;
+        const sc = Draw.scale(final, barW);  // one scale, both cards
+        // the pictures take what the timeline (its rows at their smallest, bar, ticks) leaves
+        const rowsH = world * px * 1.45, spare = room.h - (world + 1) * px * 1.1 - px * 13;
+        const picH = Math.max(rowsH, Math.min(spare, picW * 0.8, px * 15));
+        const lays = Object.fromEntries(algos.map((a) => [a, layout(a, picW, picH)]));
+        const main = Draw.main(el("div", { class: "compare", style: `grid-template-columns:repeat(${algos.length},1fr)` },
+          ...algos.map((a) => card(a, picture(a, now, lays[a]), done, now, sc, lw))));
+        stage.append(main);
         const model = L && L.beta ? { label: "model α+n/β", bars: order.map((o, i) => {
           const n = o.msgs[0].args.bytes, us = o.a === "ring" ? Model.message(L, n) : (world - 1) * Model.message(L, n);
           return { step: i + 1, us, text: micros(us) };
         }) } : null;
-        stage.append(Timeline.draw({
+        main.append(Timeline.draw({
           id: "traffic", events: [...spans, ...msgs], width: room.w, step: k, starts, model,
+          height: room.h - main.offsetHeight - px,
           rows: who.map((r) => ({ pid: r, lanes: ["classroom"], label: `rank ${r}` })),
           colour: (e) => (e.name !== "traffic message" ? COLOUR[e.args.algorithm] : e.args.header ? "#999" :
             DATA[e.args.algorithm]),
@@ -117,13 +125,19 @@
                                               return m.length ? minOf(m, (e) => e.ts) : undefined; }),
           pick: (e) => (e.name === "traffic message" && !e.args.header ?
             order.findIndex((o) => o.a === e.args.algorithm && o.s === e.args.step) + 1 : null),
-          legend: [[COLOUR["parameter server"], "parameter server all-reduce"], [COLOUR.ring, "ring all-reduce"],
-                   [DATA["parameter server"], "a server message", true], [DATA.ring, "a ring message", true],
-                   ["#999", "a header message (the check)", true],
-                   ...(model ? [["#e8e8e8", "model of the step (root's link: W−1 messages in a row)"]] : [])],
+          legend: [[COLOUR["parameter server"], "server all-reduce"], [COLOUR.ring, "ring all-reduce"],
+                   [DATA["parameter server"], "server message", true], [DATA.ring, "ring message", true],
+                   ["#999", "header (the check)", true], ...(model ? [["#e8e8e8", "model of a step"]] : [])],
         }));
+        const heads = msgs.filter((e) => e.args.header);
+        stage.append(el("p", { class: "note", id: "traffic-headers", "data-bytes": heads.reduce((s, e) => s + e.args.bytes, 0),
+          text: `Not counted above: minidp's check before each collective — every rank sent a ` +
+            `${bytes(heads.length ? heads[0].args.bytes : 0)} header to each of the other ${world - 1} ` +
+            `ranks, ${heads.length} messages in all (lesson 36). It belongs to neither algorithm.` }));
         stage.append(el("p", { class: "formula", text: `Model: server ${Model.FORMULA.server}, ring ` +
-          `${Model.FORMULA.ring}. ${Model.describe(L)}` }));
+          `${Model.FORMULA.ring}; a server step is W−1 messages in a row on rank 0's link. ${Model.describe(L)}` }));
+        const ring = spans.filter((e) => e.args.algorithm === "ring");
+        if (model && ring.length) stage.append(Model.gap(L, Model.ringTime(L, S, world), maxOf(ring, (e) => e.dur), world));
         stage.append(el("div", { class: "row" }, ...algos.map((a) => links(a, done, now))));
       },
     };
