@@ -197,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"all-reduce benchmark on {platform.machine()} with {os.cpu_count()} CPU cores, "
         f"torch {torch.__version__}, float32, gloo over loopback; sizes "
-        f"{_fmt_bytes(sizes[0])}..{_fmt_bytes(sizes[-1])}, worlds {args.worlds}",
+        f"{_fmt_bytes(sizes[0])}..{_fmt_bytes(sizes[-1])}, worlds {args.worlds}; load average "
+        f"{os.getloadavg()[0]:.1f} (above the core count, other work shares the CPU: read the "
+        "middle halves)",
         flush=True,
     )
     results = {}
