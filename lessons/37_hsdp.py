@@ -56,6 +56,7 @@ import minidp
 from minidp import trace
 from minidp.comm.mesh import DeviceMesh
 from minidp.fsdp import full_state_dict, traffic
+from minidp.fsdp.dtensor import local
 from minidp.tools.planner import plan
 from minidp.tools.planner.memory import measure
 
@@ -228,7 +229,7 @@ def hsdp_lesson(rank: int, world: int) -> dict:
         "wide": wide_replicas(rank), "accumulate": fsdp2_accumulate(rank, world),
         "memory": {n: measure(models[n], opts[n]) for n in ("hsdp", "fsdp 4", "fsdp row")},
         "hsdp": {n: p.detach() for n, p in full_state_dict(models["hsdp"]).items()},
-        "shard": [p.detach() for p in models["hsdp"].parameters()],
+        "shard": [local(p).detach() for p in models["hsdp"].parameters()],  # this rank's rows
     }  # fmt: skip
     if "fsdp2 hsdp" in models:
         theirs = models["fsdp2 hsdp"]
