@@ -31,6 +31,11 @@ STAGE_ORDER = ("ddp", "zero1", "zero2", "fsdp")
 
 def build(stage: str, model: torch.nn.Module, optimizer_class: type, **options):
     """``(wrapped model, optimizer)`` for ``stage``, from a private copy of ``model``."""
+    # Thread worlds shard into plain tensors (no torch mesh): fine for counting bytes, all
+    # this file does with them, so the warning meant for training loops is not shown for
+    # this module's calls (FSDP's shards, ZeRO-2's freed gradients). Set at each call: a
+    # filter set at import does not outlive a test runner's reset of the filters.
+    warnings.filterwarnings("ignore", category=PlainShardsWarning, module=re.escape(__name__))
     model = copy.deepcopy(model)
     if stage in ("ddp", "zero1"):
         from minidp.ddp import DistributedDataParallel
@@ -47,12 +52,6 @@ def build(stage: str, model: torch.nn.Module, optimizer_class: type, **options):
         return model, Zero2Optimizer(model.parameters(), optimizer_class, **options)
     if stage == "fsdp":
         from minidp.fsdp import fully_shard
-
-        # Thread worlds shard into plain tensors (no torch mesh): fine for counting bytes, all
-        # this file does with them, so the warning meant for training loops is not shown for
-        # this module's calls. Set at each call: a filter set at import does not outlive a
-        # test runner's reset of the filters.
-        warnings.filterwarnings("ignore", category=PlainShardsWarning, module=re.escape(__name__))
 
         for child in model.children():
             if any(True for _ in child.parameters()):
