@@ -38,7 +38,7 @@ from minidp.comm import direct, ring
 from minidp.comm import group as groups
 from minidp.launch import ProcessWorld
 from minidp.tools.bench.args import positive_float, positive_int, world_size
-from minidp.tools.bench.verdict import compare
+from minidp.tools.bench.verdict import MIN_PAIRS, compare
 
 KIB = 1024
 
@@ -89,7 +89,7 @@ def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps:
         reps = 0
         # Stop on the summed slowest-rank times, which are the same number on every rank:
         # a rank's own clock could stop it one repetition early and desync the others.
-        while reps < max_reps and (reps < 3 or sum(map(sum, times.values())) < budget_s):
+        while reps < max_reps and (reps < MIN_PAIRS or sum(map(sum, times.values())) < budget_s):
             for algo in ops:
                 t = x.clone()
                 dist.barrier()
@@ -153,7 +153,9 @@ def goals(results: dict[int, dict[int, dict[str, list[float]]]]) -> list[str]:
         if times is None:
             continue
         c = compare(times["gloo"], times["auto"], "gloo", "auto")
-        if c.high <= goal:
+        if c.pairs < MIN_PAIRS:
+            verdict = f"inconclusive (only {c.pairs} repetitions)"
+        elif c.high <= goal:
             verdict = "meets it"
         elif c.low > goal:
             verdict = "misses it"
