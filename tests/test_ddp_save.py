@@ -145,7 +145,7 @@ def test_logging_data_has_torchs_fields_and_values(results):
     for r in results:
         theirs, _ = _split(r["logging"]["torch"]["data"])
         ours, clocks = _split(r["logging"]["minidp"]["data"])
-        assert ours == theirs
+        assert {k: ours.get(k) for k in theirs} == theirs  # older torch: fewer fields
         assert r["logging"]["minidp"]["iterations"] == r["logging"]["torch"]["iterations"]
         assert ours["iteration"] == 12 and ours["has_rebuilt_buckets"] == 1  # 13: not sampled
         for name in ("forward_compute", "backward_compute", "backward_comm"):
