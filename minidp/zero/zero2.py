@@ -175,7 +175,9 @@ class Zero2Optimizer(torch.optim.Optimizer):
         # (clip_grad_norm_ on the model's parameters then gets the global norm)
         mesh = self.mesh if p.dim() else None  # a 0-d tensor has no dim 0 to shard
         p.grad = (
-            dtensor.as_sharded(_from_zero(bucket.grad_rows(piece)), mesh, p.shape) if mesh else None
+            dtensor.as_sharded(_at_offset_zero(bucket.grad_rows(piece)), mesh, p.shape)
+            if mesh
+            else None
         )
         bucket.seen.add(id(p))
         self.queue.ready(self._index[id(bucket)])
@@ -303,7 +305,7 @@ class Zero2Optimizer(torch.optim.Optimizer):
         state.load(self, state_dict, WHO)
 
 
-def _from_zero(rows: torch.Tensor) -> torch.Tensor:
+def _at_offset_zero(rows: torch.Tensor) -> torch.Tensor:
     """``rows`` (a view into a bucket) as a tensor over the same memory that starts at storage
     offset 0. A DTensor takes its local tensor's storage offset as its own, and torch.save
     and copy.deepcopy then read a storage the DTensor does not have ("invalid python
