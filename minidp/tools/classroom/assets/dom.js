@@ -22,6 +22,14 @@ const Draw = (() => {
     return canvas.measureText(String(text)).width;
   }
 
+  // `text` cut to `w` px (an ellipsis says so: put the whole text in a title).
+  function fitText(text, w, px) {
+    if (textWidth(text, px) <= w) return text;
+    let n = text.length;
+    while (n > 1 && textWidth(text.slice(0, n) + "…", px) > w) n--;
+    return text.slice(0, n) + "…";
+  }
+
   // Loops, not Math.max(...list): a trace may hold hundreds of thousands of events.
   function maxOf(list, f = (x) => x, empty = 0) {
     let m = -Infinity;
@@ -48,6 +56,7 @@ const Draw = (() => {
   function micros(us) {
     if (!Number.isFinite(us)) return "–";
     const a = Math.abs(us);
+    if (a > 0 && a < 0.1) return `${+(us * 1000).toPrecision(2)} ns`;
     if (a < 1000) return `${us.toFixed(a < 10 ? 1 : 0)} µs`;
     if (a < 1e6) return `${(us / 1000).toFixed(a < 1e4 ? 2 : 1)} ms`;
     return `${(us / 1e6).toFixed(2)} s`;
@@ -80,6 +89,6 @@ const Draw = (() => {
   // A block the projector test keeps inside the viewport: the scene's main panel.
   const main = (...kids) => el("div", { class: "main-panel", "data-main": "1" }, ...kids);
 
-  return { svg, fontPx, smallPx, textWidth, maxOf, minOf, byName, ranks, fmt, bytes, micros,
+  return { svg, fontPx, smallPx, textWidth, fitText, maxOf, minOf, byName, ranks, fmt, bytes, micros,
            scale, bar, legend, main };
 })();

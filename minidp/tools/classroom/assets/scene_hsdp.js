@@ -27,12 +27,13 @@
     const wrapsAcross = links.some(([a, b]) => where[a].s === where[b].s && Math.abs(where[a].r - where[b].r) > 1);
     const colW = maxOf(mesh[0].map((_, c) => c), (c) => textWidth(colText(c), px)) + 16;
     const title = textWidth("node 0", px) + 20;
-    const gx = Math.max(lab + 24, colW - bw, 3 * px);
+    const gx = Math.max(lab + 32, colW - bw, 3 * px);  // an in-node label, or one beside a column
+    const pair = links.some(([a, b]) => where[a].s === where[b].s && has(b, a));  // across, both ways
     const side = wrapsAcross ? lab + 3 * px : 10;
     const x0 = 8 + Math.max(title, (colW - bw) / 2);
     // labels above, ranks, labels below — or the arcs (under the labels below) and theirs
     const nodeH = (lh + 4) + bh + (arcs ? 0.75 * ARC[arcs - 1] * lh + lh + 4 : lh + 4) + 4;
-    const gy = Math.max(px * 2, 3 * px * (wrapsAcross ? 1 : 0.6));
+    const gy = Math.max(px * 2, 3 * px * (wrapsAcross ? 1 : 0.6), pair ? 2 * lh + 10 : 0);  // two labels
     const W = Math.ceil(x0 + S * bw + (S - 1) * gx + Math.max(0, (colW - bw) / 2) + side + 8);
     const H = Math.ceil(R * nodeH + (R - 1) * gy + lh + 12);
     const pos = {};
@@ -84,11 +85,12 @@
         const y = a.y + bh, drop = lh * ARC[both && l.src < l.dst ? 1 : 0];  // deepest: 3/4 of it
         d = `M${a.x + bw / 2},${y} C${a.x + bw / 2},${y + drop} ${b.x + bw / 2},${y + drop} ${b.x + bw / 2},${y + 2}`;
         tx = (a.x + b.x + bw) / 2; ty = y + 0.75 * drop + px;
-      } else if (Math.abs(wa.r - wb.r) === 1) {  // neighbouring nodes: vertical; label beside
-        const side_ = both && l.src > l.dst ? 1 : -1, x = a.x + bw / 2 + (both ? side_ * 12 : 0);
-        const y1 = a.y < b.y ? a.y + bh : a.y, y2 = a.y < b.y ? b.y : b.y + bh;
+      } else if (Math.abs(wa.r - wb.r) === 1) {  // neighbouring nodes: vertical; labels to the right
+        const down = a.y < b.y, x = a.x + bw / 2 + (both ? (down ? -12 : 12) : 0);
+        const y1 = down ? a.y + bh : a.y, y2 = down ? b.y : b.y + bh;
         d = `M${x},${y1} L${x},${y2}`;
-        tx = x + (both ? side_ : 1) * 8; ty = (y1 + y2) / 2 + px * 0.35; anchor = both && side_ < 0 ? "end" : "start";
+        tx = a.x + bw / 2 + (both ? 20 : 8);  // both ways: the down one's label above the other's
+        ty = (y1 + y2) / 2 + px * 0.35 + (both ? (down ? -0.55 : 0.55) * lh : 0); anchor = "start";
       } else {  // a column's wrap-around: an arc beside the column
         const x = a.x + bw, out = bw * 0.6;
         d = `M${x},${a.y + bh / 2} C${x + out},${a.y + bh / 2} ${x + out},${b.y + bh / 2} ${x + 2},${b.y + bh / 2}`;

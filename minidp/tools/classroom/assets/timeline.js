@@ -16,7 +16,7 @@
 // -> element
 const Timeline = (() => {
   const { el } = Classroom;
-  const { svg, textWidth, smallPx, maxOf, micros } = Draw;
+  const { svg, textWidth, smallPx, maxOf, micros, fitText } = Draw;
   const MAX_DEPTH = 8;  // nested slices deeper than this share the last track
   let focus = null, focusId = null, clipId = 0;
   const views = {};  // `${id}/${mode}` -> [v0, v1]: each timeline keeps its zoom
@@ -176,7 +176,8 @@ const Timeline = (() => {
     }
 
     // A send's arrow to its receive, from the send's time to the receive's end: those in
-    // view, or (where more than 40 would crowd it) only the current step's.
+    // view, or (where more than 40, or a few within pixels of each other, would crowd it)
+    // only the current step's.
     function flows(plot) {
       const shown = [];
       for (const [a, b] of o.flows || []) {
@@ -186,7 +187,9 @@ const Timeline = (() => {
         if (Math.max(xa, xb) < left || Math.min(xa, xb) > left + plotW) continue;
         shown.push([a, b, i, j, xa, xb]);
       }
-      const crowded = shown.length > 40;
+      const bins = {};  // arrows within a few pixels of each other draw one thick bar: too many
+      for (const f of shown) bins[Math.round(f[4] / 6)] = (bins[Math.round(f[4] / 6)] || 0) + 1;
+      const crowded = shown.length > 40 || Object.values(bins).some((n) => n > 3);
       for (const [a, b, i, j, xa, xb] of shown) {
         const hl = current.has(a.id) || current.has(b.id);
         if (crowded && !hl) continue;
@@ -296,18 +299,11 @@ const Timeline = (() => {
 
     const body = el("div", { class: "tl-body" }, root);
     if (o.scroll && o.height && H > avail + px * 2) body.style.maxHeight = `${Math.max(px * 6, avail + px * 2)}px`;
-    const box = el("div", { class: "tl", "data-timeline": o.id, "data-axis": mode }, bar, body);
+    const box = el("div", { class: "tl", "data-timeline": o.id, "data-axis": mode,
+                            "data-flows": (o.flows || []).length }, bar, body);
     if (noteEl) box.append(noteEl);
     return box;
   }
 
-  // `text` cut to `w` px (an ellipsis says so; the whole text is the row's title).
-  function fitText(text, w, px) {
-    if (textWidth(text, px) <= w) return text;
-    let n = text.length;
-    while (n > 1 && textWidth(text.slice(0, n) + "…", px) > w) n--;
-    return text.slice(0, n) + "…";
-  }
-
-  return { draw, toggleAxis, key, fitText };
+  return { draw, toggleAxis, key };
 })();
