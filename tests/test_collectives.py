@@ -124,11 +124,12 @@ def _auto_traffic(rank, world, numel):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_auto_picks_direct_up_to_small_bytes_then_the_ring(world):
-    """ "auto" sends the whole tensor to every peer up to SMALL_BYTES ((n-1)·S), the ring's
-    2(n-1)/n·S above it."""
-    from minidp.comm.direct import SMALL_BYTES
+    """ "auto" sends the whole tensor to every peer up to small_bytes(world) ((n-1)·S; 1 MiB
+    at 2 ranks, 256 KiB from 3), the ring's 2(n-1)/n·S above it."""
+    from minidp.comm.direct import small_bytes
 
-    small, big = SMALL_BYTES // 4, SMALL_BYTES // 4 + 1  # float32 elements
+    assert small_bytes(2) == 1 << 20 and small_bytes(3) == small_bytes(8) == 256 << 10
+    small, big = small_bytes(world) // 4, small_bytes(world) // 4 + 1  # float32 elements
     assert run_threads(_auto_traffic, world, small) == [(world - 1) * 4 * small] * world
     # the ring's chunks may differ by a segment: each chunk travels 2(n-1) hops in all
     assert sum(run_threads(_auto_traffic, world, big)) == 2 * (world - 1) * 4 * big

@@ -11,6 +11,7 @@ never abort the process (gloo aborts on a message longer than its receive buffer
 from __future__ import annotations
 
 import gc
+import types
 import weakref
 
 import pytest
@@ -115,14 +116,14 @@ def _one_message_per_peer(rank: int, world: int, numel: int):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_a_small_all_reduce_is_one_message_per_peer_check_included(world):
-    """Up to ``PAYLOAD_BYTES`` the data rides on the header: W-1 messages each way, of the
-    header and the tensor; one byte more and the header goes alone, then the ring."""
-    for numel in (4, headers.PAYLOAD_BYTES // 4):
+    """Up to ``payload_bytes(world)`` the data rides on the header: W-1 messages each way, of
+    the header and the tensor; one byte more and the header goes alone, then the ring."""
+    for numel in (4, headers.payload_bytes(world) // 4):
         for t, x in run_threads(_one_message_per_peer, world, numel):
             assert torch.equal(x, torch.full((numel,), float(sum(range(1, world + 1)))))
             assert (t.sent_msgs, t.recv_msgs) == (world - 1, world - 1)
             assert t.sent_bytes == t.recv_bytes == (world - 1) * (agree.HEADER_BYTES + 4 * numel)
-    big = headers.PAYLOAD_BYTES // 4 + 1
+    big = headers.payload_bytes(world) // 4 + 1
     for t, _ in run_threads(_one_message_per_peer, world, big):
         assert t.sent_msgs > world - 1  # the header alone, then the ring's messages
 
@@ -139,8 +140,9 @@ def _mixed_sizes_around_the_limit(rank: int, world: int, numels: list[int]):
 @pytest.mark.parametrize(
     "numels",
     [
-        [headers.PAYLOAD_BYTES // 4, 3],  # the largest first message against a small one
-        [headers.PAYLOAD_BYTES // 4 + 1, headers.PAYLOAD_BYTES // 4],  # header alone vs data
+        [headers.payload_bytes(2) // 4, 3],  # the largest first message against a small one
+        [headers.payload_bytes(2) // 4 + 1, headers.payload_bytes(2) // 4],  # header vs data
+        [headers.payload_bytes(3) // 4, headers.payload_bytes(3) // 4 + 1, 4],
         [5, 4, 4],
     ],
 )
@@ -155,8 +157,8 @@ def test_first_messages_of_any_sizes_refuse_and_never_abort(numels):
 @pytest.mark.parametrize(
     "backend, room",
     [
-        ("gloo", headers.PAYLOAD_BYTES),  # takes a message shorter than its receive buffer
-        ("cpu:gloo,cuda:nccl", headers.PAYLOAD_BYTES),  # the headers are host tensors: gloo
+        ("gloo", 256 << 10),  # takes a message shorter than its receive buffer
+        ("cpu:gloo,cuda:nccl", 256 << 10),  # the headers are host tensors: gloo
         ("nccl", 0),  # a send and its receive must have one size: headers alone, exact
         ("cuda:nccl", 0),
     ],
@@ -164,4 +166,5 @@ def test_first_messages_of_any_sizes_refuse_and_never_abort(numels):
 def test_data_rides_on_the_header_only_where_the_headers_travel_on_gloo(monkeypatch, backend, room):
     """Decided explicitly per backend (the NCCL side runs on a GPU box: tests/test_gpu.py)."""
     monkeypatch.setattr(headers, "backend_of", lambda group: backend)
-    assert headers._room(object()) == room
+    three_ranks = types.SimpleNamespace(size=lambda: 3)  # what _room asks of a group
+    assert headers._room(three_ranks) == room

@@ -200,7 +200,8 @@ def agree(
         counts[p2p.current_channel()] = seq + 1
         mine[_CHECKED : _CHECKED + 3] = [1, seq, zlib.crc32(site.encode()) & 0x7FFFFFFF]
     if payload is not None and (
-        mine[2] == _BAD_INPUT or payload.numel() * payload.element_size() > headers.PAYLOAD_BYTES
+        mine[2] == _BAD_INPUT
+        or payload.numel() * payload.element_size() > headers.payload_bytes(world)
     ):
         payload = None  # nothing to carry, or too much: the collective sends it after the check
     # (world, header), the same on every rank

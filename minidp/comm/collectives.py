@@ -14,7 +14,7 @@ import torch
 
 from minidp.comm import agree, p2p
 from minidp.comm import group as groups
-from minidp.comm.direct import SMALL_BYTES, direct_all_reduce
+from minidp.comm.direct import direct_all_reduce, small_bytes
 from minidp.comm.naive import naive_all_reduce
 from minidp.comm.ring import ring_all_reduce, ring_pass
 
@@ -24,11 +24,14 @@ _SEGMENT_BYTES = 1 << 20  # pipeline all-gather / reduce-scatter in 1 MiB messag
 
 def all_reduce(tensor: torch.Tensor, op="sum", group=None, algorithm: str = "auto") -> torch.Tensor:
     """All-reduce in place with ``algorithm``; returns ``tensor``. "auto": "direct" (one
-    exchange) up to ``SMALL_BYTES``, else "ring" (fewest bytes), both with gloo's bits;
-    "naive" is there to compare. Every rank must pass the same one."""
+    exchange, the data with the header) up to ``direct.small_bytes(world)`` (1 MiB at 2
+    ranks, 256 KiB from 3), else "ring" (fewest bytes), both with gloo's bits; "naive" is
+    there to compare. Every rank must pass the same one."""
     if algorithm == "auto":
         small = isinstance(tensor, torch.Tensor) and tensor.numel() * tensor.element_size()
-        algorithm = "direct" if small and small <= SMALL_BYTES else "ring"
+        g = groups.resolve(group)
+        world = g.size() if groups.is_member(g) else 0  # (a non-member skips it anyway)
+        algorithm = "direct" if small and small <= small_bytes(world) else "ring"
     if algorithm == "direct":
         return direct_all_reduce(tensor, op, group)
     if algorithm == "ring":

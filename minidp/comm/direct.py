@@ -1,6 +1,6 @@
 """Small tensors: one exchange, then every chunk reduced locally *in the ring's order*.
 
-Run it: ``python -m minidp bench allreduce`` (the rows below ``SMALL_BYTES``)
+Run it: ``python -m minidp bench allreduce`` (the rows up to ``small_bytes(world)``)
 Test it: ``pytest tests/test_collectives.py -k "ring or direct"``
 
 For a small tensor each of the ring's ``2(n-1)`` dependent steps costs a latency, not
@@ -8,7 +8,8 @@ bytes. Here every rank sends its tensor to every other in the message that carri
 header (``headers.py``: one step, check included), then builds each ring chunk's sum in
 the ring's association, so the bits are gloo's:
 ``chunk c = x[c] OP (x[c+1] OP (... OP (x[c-2] OP x[c-1])))`` (ranks mod n). The price,
-``(n-1)·S`` bytes per rank instead of ``2(n-1)/n·S``, is nothing for small tensors.
+``(n-1)·S`` bytes per rank instead of ``2(n-1)/n·S``, is nothing for small tensors, and
+at 2 ranks it is no price at all: one round where the ring (and its header) take three.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from __future__ import annotations
 import torch
 
 from minidp.comm import ops, p2p
-from minidp.comm.headers import PAYLOAD_BYTES
+from minidp.comm.headers import payload_bytes as small_bytes
 from minidp.comm.ring import gloo_layout, reduce_in_place
 
-# all_reduce takes this path up to this many bytes (the README's table: where each wins),
-# where the data rides in the header's message (headers.py)
-SMALL_BYTES = PAYLOAD_BYTES
+# all_reduce takes this path up to small_bytes(world), where the data rides in the header's
+# message (headers.py): 1 MiB at 2 ranks, this from 3 ranks on
+SMALL_BYTES = small_bytes(3)
 
 
 @torch.no_grad()  # like c10d: a collective is not part of the autograd graph

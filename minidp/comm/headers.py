@@ -11,7 +11,7 @@ receives every header, so all reach the same verdict before anything else moves.
 
 Why it can never abort the process: gloo aborts when a message is *longer* than its
 receive buffer and accepts a shorter one. Every first message is received into a buffer
-of the largest one (header + ``PAYLOAD_BYTES``); a rank with more data sends the header
+of the largest one (header + ``payload_bytes(world)``); a rank with more data sends the header
 alone, and nothing else until the headers agree. (NCCL needs a send and its receive to
 have one size: there the headers travel alone, at their one size, and data after them.)
 
@@ -38,7 +38,15 @@ from minidp.comm.errors import CollectiveError
 HEADER_TAG = 1 << 30  # header messages never match data messages (those use small tags)
 # receives posted ahead: a tag of their own, so a plain receive never queues behind one
 AHEAD_TAG = HEADER_TAG + 1
-PAYLOAD_BYTES = 256 << 10  # the most data a first message carries (direct.SMALL_BYTES)
+
+
+def payload_bytes(world: int) -> int:
+    """The most data a first message carries: the direct all-reduce's whole tensor, which
+    ``all_reduce`` picks up to this size. 1 MiB between 2 ranks, where that is the ring's
+    bytes in one round instead of three; 256 KiB from 3 on, where it sends ``(n-1)·S``
+    against the ring's ``2(n-1)/n·S``."""
+    return 1 << 20 if world == 2 else 256 << 10
+
 
 # group -> {(channel, world, header_bytes): _Mailbox}; weak keys, parked works hold no group
 _boxes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -85,10 +93,10 @@ def _ahead(group) -> bool:
 
 
 def _room(group) -> int:
-    """The data a first message may carry on ``group``: ``PAYLOAD_BYTES`` where the
+    """The data a first message may carry on ``group``: ``payload_bytes`` where the
     headers (host memory) travel on gloo, which takes a message shorter than its receive
     buffer; none on NCCL, whose send and receive must have one size."""
-    return PAYLOAD_BYTES if reads(backend_of(group), "cpu") else 0
+    return payload_bytes(group.size()) if reads(backend_of(group), "cpu") else 0
 
 
 def exchange(
@@ -99,7 +107,7 @@ def exchange(
     peer's ``payload`` bytes (``{rank: uint8 view}``, valid until the next exchange but one
     on this group and channel) if every rank's came with its header, else None (then the
     collective sends its data itself). ``payload``: 1-D, contiguous, at most
-    ``PAYLOAD_BYTES``; it is carried if it is in host memory on a torch group on gloo."""
+    ``payload_bytes(world)``; carried if it is in host memory on a torch group on gloo."""
     rank, world = group.rank(), group.size()
     ahead = _ahead(group)
     room = _room(group) if ahead else 0

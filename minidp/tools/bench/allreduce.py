@@ -3,15 +3,16 @@
 Run: ``python -m minidp bench allreduce`` (``--quick`` for a short run, ``--help``).
 
 Compared, for each world size (real processes, gloo) and tensor size: gloo's
-``all_reduce``; minidp's ``all_reduce`` ("auto": one exchange up to 256 KiB, the ring
-above); the ring alone (``ring_all_reduce``); the parameter server (``naive_all_reduce``).
-They take turns repetition by repetition (so background load hits all alike); each
-repetition starts after a barrier and counts the slowest rank. Reported: median time,
-algorithm bandwidth ``algbw = bytes / time``, bus bandwidth ``busbw = algbw · 2(n-1)/n``
-(the nccl-tests formula: the bytes each rank's link really carries for an all-reduce), and
-each minidp time over gloo's as the median of the per-repetition ratios with their middle
-half (first to third quartile, ``minidp.tools.bench.verdict``): a ratio whose spread straddles
-a goal neither meets nor misses it on this machine.
+``all_reduce``; minidp's ``all_reduce`` ("auto": one exchange up to 1 MiB at 2 ranks and
+256 KiB from 3, the ring above); the ring alone (``ring_all_reduce``); the parameter
+server (``naive_all_reduce``). They take turns repetition by repetition (so background
+load hits all alike); each repetition starts after a barrier and counts the slowest rank.
+Reported: median time, algorithm bandwidth ``algbw = bytes / time``, bus bandwidth
+``busbw = algbw · 2(n-1)/n`` (the nccl-tests formula: the bytes each rank's link really
+carries for an all-reduce), and each minidp time over gloo's as the median of the
+per-repetition ratios with their middle half (first to third quartile,
+``minidp.tools.bench.verdict``): a ratio whose spread straddles a goal neither meets nor
+misses it on this machine.
 
 The check (every collective's header, ``minidp/comm/headers.py``): each repetition also
 times the algorithm's data pass alone, with no header — the direct exchange
@@ -64,7 +65,7 @@ def _fmt_bytes(n: int) -> str:
 
 
 def _direct_pass(t: torch.Tensor, g) -> None:
-    """What ``all_reduce`` runs up to ``SMALL_BYTES``, without the header: the exchange of
+    """What ``all_reduce`` runs up to ``small_bytes``, without the header: the exchange of
     every rank's tensor (one message per peer, as with the header) and the reduction."""
     chunks, _ = ring.gloo_layout(t.numel(), t.element_size(), g.size())
     direct.direct_pass(t, chunks, g, "sum")
@@ -83,7 +84,7 @@ def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps:
             "naive": lambda t: minidp.comm.naive_all_reduce(t),
             "ring pass": lambda t: ring.gloo_ring(t, g, "sum"),
         }
-        if nbytes <= direct.SMALL_BYTES:  # where "auto" runs the direct exchange
+        if nbytes <= direct.small_bytes(world):  # where "auto" runs the direct exchange
             ops["direct pass"] = lambda t: _direct_pass(t, g)
         times: dict[str, list[float]] = {a: [] for a in ops}
         reps = 0
@@ -113,7 +114,7 @@ def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps:
 def check_cost(times: dict[str, list[float]], algo: str) -> tuple[str, str]:
     """The check's cost in one all-reduce, per-repetition ``algo`` minus its pass alone:
     ``"median µs (first to third quartile)"``, and the median's share of ``algo``'s time."""
-    alone = times.get(PASS[algo]) or times["ring pass"]  # "auto" above SMALL_BYTES: the ring
+    alone = times.get(PASS[algo]) or times["ring pass"]  # "auto" above small_bytes: the ring
     diffs = [(a - p) * 1e6 for a, p in zip(times[algo], alone)]  # µs
     low, mid, high = statistics.quantiles(diffs, n=4, method="inclusive")
     share = mid / 1e6 / statistics.median(times[algo])
