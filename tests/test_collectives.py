@@ -160,6 +160,26 @@ def test_ring_all_reduce_any_shape_in_place(world):
         assert same_object and torch.equal(view, expected)
 
 
+def _expanded(rank, world):
+    """An expanded tensor (stride 0: one element seen 4 times), small (direct) and through
+    the ring, beside gloo's all-reduce of the same: both reduce the memory once."""
+    out = {}
+    for name, fn in (("auto", minidp.comm.all_reduce), ("ring", minidp.comm.ring_all_reduce)):
+        ours, ref = (torch.tensor([1.0 + rank]).expand(4) for _ in range(2))
+        fn(ours, "sum")
+        dist.all_reduce(ref, group=groups.resolve())
+        out[name] = (ours.clone(), ref.clone())
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_an_expanded_tensor_is_reduced_as_gloo_reduces_it(world):
+    # stride-0 inputs once raised "self.stride(-1) must be 1 to view Float as Byte"
+    for res in run_threads(_expanded, world):
+        for ours, gloo in res.values():
+            assert torch.equal(ours, gloo), (ours, gloo)
+
+
 def test_gloo_layout_matches_documented_schedule():
     # 100 fp32 elements on 3 ranks: total 400 B, segBytes = roundUp(min(ceil(400/6)=67, 1MiB), 4)
     # = 68 B (17 elems); numSegments = roundUp(max(ceil(400/68)=6, 6), 3) = 6; 2 per chunk.

@@ -31,25 +31,8 @@ def test_the_catalog_names_each_row_once():
     assert len(names) == len(set(names)) and len(names) > 40, len(names)
 
 
-# a row the engine does not pass today: the reason, until it does (strict: then it fails)
-KNOWN = {
-    "comm: all_reduce of an expanded (stride-0) tensor": "minidp.comm's all_reduce raises "
-    "torch's 'self.stride(-1) must be 1 to view Float as Byte' on a stride-0 tensor "
-    "(gloo reduces it); a fix belongs in minidp/comm",
-}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "fault",
-    [
-        pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=KNOWN[f.name]))
-        if f.name in KNOWN
-        else f
-        for f in CATALOG
-    ],
-    ids=lambda f: f.name,
-)
+@pytest.mark.parametrize("fault", CATALOG, ids=lambda f: f.name)
 def test_every_fault_ends_clearly_without_a_hang_or_leftovers(fault):
     outcome = run_fault(fault)
     assert not outcome.hung and outcome.leftovers == 0, outcome

@@ -180,6 +180,8 @@ def reduce_in_place(tensor: torch.Tensor, op, group, who: str, body, algorithm: 
         flat = None  # (numel,) contiguous: a view of tensor, or a copy of a strided one
         if agree.input_ok(tensor):
             flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+            if flat.numel() == 1:  # one element may keep any stride (an expanded dim narrowed
+                flat = flat.as_strided((1,), (1,))  # to 1): a byte view of it needs stride 1
         payload = flat if carry and flat is not None and flat.numel() else None
         name, payloads = agree.agree_reduce(
             g, "all_reduce", tensor, op, who.split("(")[0], algorithm, "algorithm", payload
