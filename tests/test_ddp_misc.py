@@ -71,8 +71,8 @@ def test_demo_shows_a_step_and_ends_with_the_parity_check(capsys):
     launch0 = next(i for i, line in enumerate(lines) if "launch bucket 0" in line)
     assert ready[0] < launch0 < ready[-1]  # launches interleave with the hooks
     assert "identical on every rank: True" in out
-    # buckets of 267, 257 and 257 KiB: all over all_reduce's 256 KiB direct limit
-    assert "then the bucket is summed round the ring: every bucket is over 256 KiB" in out
+    # buckets of 267, 257 and 257 KiB: all under all_reduce's direct limit at 2 ranks (1 MiB)
+    assert "then the bucket is summed in one direct exchange: no bucket is over 1024 KiB" in out
     assert "torch.equal on all 8 parameters, per rank: [True, True]" in out
     assert "ms of all-reduce ran while backward was still running" in out
 

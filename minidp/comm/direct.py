@@ -17,12 +17,12 @@ from __future__ import annotations
 import torch
 
 from minidp.comm import ops, p2p
-from minidp.comm.headers import payload_bytes as small_bytes
+from minidp.comm.headers import payload_bytes
 from minidp.comm.ring import gloo_layout, reduce_in_place
 
-# all_reduce takes this path up to small_bytes(world), where the data rides in the header's
-# message (headers.py): 1 MiB at 2 ranks, this from 3 ranks on
-SMALL_BYTES = small_bytes(3)
+# all_reduce takes this path up to small_bytes(world): what rides in the header's message
+# (headers.py), 1 MiB at 2 ranks, 256 KiB from 3 on
+small_bytes = payload_bytes
 
 
 @torch.no_grad()  # like c10d: a collective is not part of the autograd graph

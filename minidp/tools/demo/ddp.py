@@ -32,7 +32,7 @@ from torch import nn
 
 import minidp
 from minidp import trace
-from minidp.comm.direct import SMALL_BYTES
+from minidp.comm.direct import small_bytes
 from minidp.launch import ProcessWorld
 
 
@@ -194,8 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     same = all(torch.equal(o["avg_grad"], res[0]["avg_grad"]) for o in res)
     print(f"   identical on every rank: {same}; mean of the locals: {_fmt(mean)}")
     # all_reduce's "auto" picks its path by size: say which one these buckets took
-    big = [sum(n for _, _, n in b) > SMALL_BYTES for b in res[0]["layout2"]]
-    kib = SMALL_BYTES // 1024
+    limit = small_bytes(w)  # 1 MiB at 2 ranks, 256 KiB from 3 on
+    big = [sum(n for _, _, n in b) > limit for b in res[0]["layout2"]]
+    kib = limit // 1024
     if all(big):
         via = f"round the ring: every bucket is over {kib} KiB"
     elif not any(big):
