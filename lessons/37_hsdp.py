@@ -94,7 +94,7 @@ class TinyLM(nn.Module):
 
 class Wide(nn.Module):
     """Two wide layers, each an FSDP unit: gradients big enough for minidp's ring all-reduce
-    (``minidp.comm``: tensors up to 256 KiB take one direct exchange instead)."""
+    (``minidp.comm``: from 3 ranks, tensors up to 256 KiB take one direct exchange instead)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -316,7 +316,7 @@ if __name__ == "__main__":
 # across nodes: 1/S at R = 2 (the measurement below), and towards 2/S as R grows. A second
 # run checks R = 4: the same ranks as a (4, 1) mesh (4 replicas of a 1-rank shard, every
 # column message crossing nodes) with the `Wide` model, whose unit gradients are above the
-# 256 KiB up to which minidp's all-reduce sends a small tensor in one direct exchange
+# 256 KiB up to which minidp's all-reduce sends a small tensor in one direct exchange from 3 ranks
 # instead ((R-1) times its bytes: the ring's at R = 2, twice it at R = 4). Both must match
 # the formula up to the collectives' small headers.
 

@@ -40,8 +40,9 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
     torch's arguments in torch's order (2.13-2.15), read by ``arguments.py``: e.g.
     ``bucket_cap_mb`` (25 MiB, first bucket 1 MiB), ``find_unused_parameters``
     (``unused.py``), ``gradient_as_bucket_view`` (``.grad`` views the bucket: one copy less).
-    minidp's own, keyword-only: ``algorithm`` "auto" (one exchange up to 256 KiB, else the
-    ring; both bit-exact with gloo), "ring" or "naive" (parameter server, to compare), and
+    minidp's own, keyword-only: ``algorithm`` "auto" (one exchange up to 1 MiB at 2 ranks,
+    256 KiB from 3, else the ring; both bit-exact with gloo), "ring" or "naive" (parameter
+    server, to compare), and
     ``overlap=False`` (no all-reduce before backward ends: the baseline).
 
     Raises RuntimeError or ValueError, on every rank, for modules it cannot wrap, arguments

@@ -83,7 +83,7 @@ def step_traffic(stage: str, model, x, y, loss_fn, optimizer_class, **options) -
     ``count_traffic`` counts what the step sends, its communication thread included. For
     DDP and ZeRO-1 the gradients are averaged here by ``allreduce_gradients`` (one flat
     all-reduce after backward: DDP's bytes, without the per-bucket headers) round the ring:
-    the traffic the ZeRO paper counts (DDP's "auto" would send a bucket under 256 KiB whole,
+    the traffic the ZeRO paper counts (DDP's "auto" would send a small bucket whole,
     in one exchange).
     """
     average = None
