@@ -18,8 +18,12 @@ _LAZY = {
     "DistributedDataParallel": "minidp.ddp",
     "DistributedSampler": "minidp.ddp",
     "SyncBatchNorm": "minidp.nn",
+    "CPUOffloadPolicy": "minidp.fsdp",
+    "FSDPModule": "minidp.fsdp",
     "MixedPrecisionPolicy": "minidp.fsdp",
+    "OffloadPolicy": "minidp.fsdp",
     "fully_shard": "minidp.fsdp",
+    "register_fsdp_forward_method": "minidp.fsdp",
     "init_device_mesh": "minidp.comm.mesh",
     "ZeroRedundancyOptimizer": "minidp.zero",
 }
@@ -34,14 +38,18 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "CPUOffloadPolicy",
     "DataParallel",
     "DistributedDataParallel",
     "DistributedSampler",
+    "FSDPModule",
     "MixedPrecisionPolicy",
+    "OffloadPolicy",
     "SyncBatchNorm",
     "ZeroRedundancyOptimizer",
     "comm",
     "fully_shard",
     "init_device_mesh",
     "launch",
+    "register_fsdp_forward_method",
 ]

@@ -3,9 +3,10 @@
 The script (written in the style of pytorch/examples' FSDP2 example: meta init,
 ``reset_parameters``, ``MixedPrecisionPolicy``, explicit prefetching with ``unshard()``, a
 checkpointer using ``get_model_state_dict`` or ``full_tensor()``, resume) runs once with
-``torch.distributed.fsdp`` and once with ``minidp.fsdp`` swapped in by its import block, in
-the same 2-rank world: 3 steps, save, then a fresh model resumes from the file for 3 more.
-The losses and every tensor of both checkpoints must be identical (``torch.equal``).
+``torch.distributed.fsdp`` and once with ``minidp`` (its top level, as the README says)
+swapped in by its import block, in the same 2-rank world: 3 steps, save, then a fresh
+model resumes from the file for 3 more. The losses and every tensor of both checkpoints
+must be identical (``torch.equal``).
 
 On main this failed at the script's first check: ``isinstance(model, FSDPModule)`` (minidp
 had no FSDPModule and no DTensor parameters); past it, the meta recipe trained nothing (the

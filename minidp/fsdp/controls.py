@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import functools
 
+import torch
 from torch import nn
 
 from minidp import trace
+from minidp.fsdp import introspect
 from minidp.fsdp.unit import FSDPUnit, unit_of
 
 
 def _units(module: nn.Module, recurse: bool) -> list[FSDPUnit]:
-    return [u for m in (module.modules() if recurse else [module]) if (u := unit_of(m))]
+    units = []
+    for m in module.modules() if recurse else [module]:
+        if (u := unit_of(m)) is not None and u not in units:
+            units.append(u)
+    return units
 
 
 def _check_bool(name: str, value) -> None:
@@ -66,7 +72,62 @@ class FSDPModule:
         """``False``: backwards keep unsharded gradients, reduce nothing (DDP's ``no_sync``)."""
         _check_bool("set_requires_gradient_sync", requires_gradient_sync)
         for unit in _units(self, recurse):
-            unit.reduce_grads = requires_gradient_sync
+            unit.reduce_grads = unit.all_reduce_grads = requires_gradient_sync
+
+    def set_requires_all_reduce(self, requires_all_reduce: bool, *, recurse=True) -> None:
+        """HSDP, ``False``: reduce-scatter each backward, all-reduce across the replicas only
+        once it is ``True`` again (the rows add up meanwhile)."""
+        _check_bool("set_requires_all_reduce", requires_all_reduce)
+        for unit in _units(self, recurse):
+            unit.all_reduce_grads = requires_all_reduce
+
+    def set_reshard_after_forward(self, reshard_after_forward: bool, recurse=True) -> None:
+        """Change ``reshard_after_forward`` now (``False`` for evals, the root ``True``...)."""
+        if not isinstance(reshard_after_forward, bool):
+            raise ValueError(
+                f"reshard_after_forward should be a bool, got {type(reshard_after_forward)}"
+            )
+        for unit in _units(self, recurse):
+            unit.reshard_after_forward, unit.auto_reshard = reshard_after_forward, False
+            unit.post_group = None
+
+    def set_unshard_in_backward(self, unshard_in_backward: bool) -> None:
+        """``False``: backward needs none of this unit's parameters (an embedding's own
+        gradient does not read its weight), so they are not gathered again for it."""
+        _check_bool("set_unshard_in_backward", unshard_in_backward)
+        unit_of(self).unshard_in_backward = unshard_in_backward
+
+    def set_is_last_backward(self, is_last_backward: bool) -> None:
+        """FSDP2's flag for micro-batching: on the last backward it waits for the gradient
+        reduction. minidp waits for every reduce-scatter before each backward returns
+        already (its collectives run on the host), so the gradients are FSDP2's either way."""
+        _check_bool("set_is_last_backward", is_last_backward)
+
+    def set_all_reduce_hook(self, hook, *, stream=None) -> None:
+        """``hook(rows)``, on this rank's reduced gradient rows (after HSDP's all-reduce,
+        before FSDP2's last divide): e.g. an all-reduce across replicas of your own."""
+        unit = unit_of(self)
+        if stream is not None and unit.replicate_group is not None:
+            raise ValueError("stream cannot be set when using native HSDP")
+        unit.all_reduce_hook = hook if stream is None else _on_stream(hook, stream)
+
+    def set_post_optim_event(self, event) -> None:
+        """The next forward waits for ``event`` (recorded after the optimizer step) before
+        its all-gathers, instead of for everything before it; used once."""
+        unit_of(self).post_optim_event = event
+
+    def reset_iter_state(self) -> None:
+        """After an exception in forward or backward: reshard every unit and drop the
+        iteration's gradients in flight, so the next iteration runs clean. On the root."""
+        unit = unit_of(self)
+        if unit.is_root is False:
+            raise RuntimeError("reset_iter_state must be called on the root FSDP module")
+        if unit.root is not None:
+            unit.root.reset_iter_state()
+
+    def _get_fsdp_state(self):
+        """FSDP2's state of this module, by its names (``introspect.py``)."""
+        return introspect.state_of(self)
 
     def set_reshard_after_backward(self, reshard_after_backward: bool, *, recurse=True) -> None:
         """``False``: units stay gathered after backward, the next forward gathers nothing (with
@@ -123,6 +184,14 @@ class FSDPModule:
         result = super()._apply(fn, *args, **kwargs)
         unit_of(self).adopt()
         return result
+
+
+def _on_stream(hook, stream):
+    def run(rows):
+        with torch.get_device_module(stream.device.type).stream(stream):
+            hook(rows)
+
+    return run
 
 
 def _reshard_all(module: nn.Module) -> None:

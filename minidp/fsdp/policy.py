@@ -1,4 +1,5 @@
-"""``MixedPrecisionPolicy``: which dtype FSDP gathers, computes and reduces in (torch's fields).
+"""FSDP2's policies: ``MixedPrecisionPolicy`` (which dtype FSDP gathers, computes and reduces
+in) and ``OffloadPolicy`` / ``CPUOffloadPolicy`` (where the shards live), torch's fields.
 
 The sharded parameters (what the optimizer steps) keep their dtype; ``param_dtype`` is the
 all-gather's and the unsharded parameters', ``reduce_dtype`` the reduce-scatter's (results
@@ -9,6 +10,7 @@ Test: ``pytest tests/test_fsdp.py -k "bf16 or fp16"``
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +35,20 @@ class MixedPrecisionPolicy:
                     f"MixedPrecisionPolicy: {field} must be a floating-point torch.dtype or "
                     f"None, got {value!r} — e.g. torch.bfloat16"
                 )
+
+
+@dataclass
+class OffloadPolicy:
+    """No offloading: the shards live on the mesh's device (``fully_shard``'s default)."""
+
+
+@dataclass
+class CPUOffloadPolicy(OffloadPolicy):
+    """Shards, their gradients and so the optimizer state live in host memory; each gather
+    copies the shards to the mesh's device first. ``pin_memory``: page-locked host copies
+    (needs an accelerator, as torch's)."""
+
+    pin_memory: bool = True
 
 
 # torch 2.15 changed ``reduce_dtype=None``: up to 2.14 FSDP2 reduces in the gradients' dtype
@@ -68,13 +84,24 @@ def accumulation_dtype(
 NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE = not UNSET_REDUCES_IN_PARAM_DTYPE
 
 
-def cast_floating(value, dtype: torch.dtype):
-    """``value`` (a unit's inputs or outputs) with every floating-point tensor cast to dtype."""
+def map_tensors(fn, value):
+    """``value`` (a module's inputs or outputs) with ``fn`` applied to every tensor in it:
+    tuples, lists, namedtuples, dicts and dataclasses are rebuilt, anything else kept."""
     if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() else value
+        return fn(value)
     if isinstance(value, (tuple, list)):
-        cast = [cast_floating(v, dtype) for v in value]
-        return type(value)(cast) if not hasattr(value, "_fields") else type(value)(*cast)
+        mapped = [map_tensors(fn, v) for v in value]
+        return type(value)(*mapped) if hasattr(value, "_fields") else type(value)(mapped)
     if isinstance(value, dict):
-        return {k: cast_floating(v, dtype) for k, v in value.items()}
+        return {k: map_tensors(fn, v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {
+            f.name: map_tensors(fn, getattr(value, f.name)) for f in dataclasses.fields(value)
+        }
+        return dataclasses.replace(value, **changed)
     return value
+
+
+def cast_floating(value, dtype: torch.dtype):
+    """``value`` with every floating-point tensor cast to ``dtype`` (FSDP2's casts)."""
+    return map_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, value)

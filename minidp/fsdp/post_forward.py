@@ -73,7 +73,7 @@ def mesh_ranks(mesh, group) -> torch.Tensor:
             "fully_shard: expected a torch.distributed group for an int reshard_after_forward, "
             "got a thread world's group. Hint: run the ranks as processes (minidp.launch.spawn)"
         )
-    return torch.tensor(ranks)
+    return torch.tensor(ranks, device="cpu")  # (explicit: under torch.device("meta") too)
 
 
 @torch.no_grad()

@@ -1,12 +1,12 @@
 """The root of an FSDP model (its outermost unit): the forward/backward schedule of all units.
 
-It owns the one communication thread all units' collectives run on, in submission order,
-and prefetches by last step's order: at unit i's forward the next unit's all-gather, at its
-backward the previous one's. Backward runs on DDP's engine (``comm/launch_queue.py``): a
-unit whose gradients are in is freed and reduce-scattered; all are waited for before
-``loss.backward()`` returns, as in FSDP2.
+The unit whose forward runs first becomes the root (FSDP2's lazy init) of every unit below
+it. It owns the one communication thread all units' collectives run on, in submission
+order (a group without send/recv: run here, ``collectives.Inline``), and prefetches by
+last step's order: at unit i's forward the next unit's all-gather, at its backward the
+previous one's. The backward half: ``backward.py``.
 
-Test: ``pytest tests/test_fsdp.py``
+Test: ``pytest tests/test_fsdp.py tests/test_fsdp_partial.py``
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from minidp import trace
 from minidp.comm import Traffic, count_traffic
 from minidp.comm.comm_thread import CommThread
 from minidp.comm.launch_queue import LaunchQueue
+from minidp.fsdp.backward import Backward, _remove
+from minidp.fsdp.collectives import Inline, has_send_recv
 from minidp.fsdp.unit import unit_of
 
 
@@ -27,41 +29,66 @@ def ensure_root(module) -> Root:
     """The root of ``module``'s units, made now (at its first forward) if there is none."""
     unit = unit_of(module)
     if unit.root is None:
-        units = [u for m in module.modules() if (u := unit_of(m)) is not None]
-        inner = [u.label for u in units if u.root is not None]
-        if inner:
-            raise RuntimeError(
-                f"fully_shard: expected {type(module).__name__}'s units to have no root yet at "
-                f"its first forward, got {inner} already scheduled by an inner module: "
-                "unshard() was called on an inner unit before the model's first forward. "
-                "Hint: run one forward first, or call unshard() on the outermost module"
-            )
-        for i, u in enumerate(units):
-            u.label = "root" if i == 0 else f"unit {i}"
-        Root(unit, units)
+        lazy_init(unit)
     return unit.root
 
 
-class Root:
+def lazy_init(unit) -> None:
+    """FSDP2's lazy init: the unit whose forward runs first roots every unit below it."""
+    if len(unit.modules) > 1:
+        raise RuntimeError(
+            f"FSDP requires a single root module but got {unit.modules}. Hint: call "
+            "fully_shard on the model that holds them too, and run forward through it"
+        )
+    root_module, units = unit.module, []
+    for name, m in root_module.named_modules():
+        u = unit_of(m)
+        if u is None or u in units:
+            continue
+        if u is not unit and u.root is not None:
+            raise RuntimeError(
+                f"FSDP state has already been lazily initialized for {name}\nFSDP requires "
+                "running forward through the root module first. Hint: unshard() or a forward "
+                f"of {name} before the model's first forward made it a root of its own"
+            )
+        units.append(u)
+    fqns = {id(p): n for n, p in root_module.named_parameters()}
+    for i, u in enumerate(units):
+        if u.refusal is not None:
+            raise u.refusal
+        u.adopt()
+        u.check_not_meta([fqns.get(id(p), n) for n, p in zip(u.names, u.sharded)])
+        u.label = "root" if i == 0 else f"unit {i}"
+    Root(unit, units)
+
+
+class Root(Backward):
     """Schedules the units of one model: gathers, prefetches, reduce-scatters, waits."""
 
     def __init__(self, unit, units: list) -> None:
         self.unit = unit
         self.units = units  # every unit of the model, root first (module order)
-        self.comm = CommThread(unit.group)
+        own = all(has_send_recv(u.group) for u in units)
+        self.comm = CommThread(unit.group) if own else Inline()
         self.order: list = []  # units in the order their forward started, this step
         self.last_order: list = []  # the previous step's order (for forward prefetch)
         self.post_order: list = []  # units in the order their forward ended (root last)
         self.gathers: dict[int, Future] = {}  # id(unit) -> all-gather in flight
         self.queue = LaunchQueue(self.comm, self._launch, in_order=False)  # each unit when ready
         self.index = {id(u): i for i, u in enumerate(units)}  # unit -> its group in the queue
+        self.armed = False  # a backward's counts are set (until it finishes)
+        self.unreached: set[int] = set()  # units this backward gave no gradient
         self.backward_started = False
         self.in_backward: set[int] = set()  # id(unit) of units this backward has reached
         self.started: dict[tuple[str, int], float] = {}  # (phase, id(unit)) -> trace time
         self.traffic = Traffic()  # bytes this rank moved, all steps (counted on the comm thread)
         self.peak_gathered = 0  # most bytes of full parameters held at once, this step
+        self.end_hook: list = []  # the multi-grad hook over every trainable full parameter
+        self.end_key: tuple = ()
+        weakref.finalize(self, _remove, self.end_hook)  # hooks live in C++: drop them with us
         for u in units:
             u.root = self
+            u.is_root = u is unit
 
     # ---- gathering ---------------------------------------------------------------------
     def _counted(self, fn, *args):
@@ -80,7 +107,7 @@ class Root:
         self._note_peak()  # a prefetched unit lands while another one computes
 
     def _note_peak(self) -> None:
-        gathered = sum(p.untyped_storage().nbytes() for u in self.units for p in u.full)
+        gathered = sum(p.untyped_storage().nbytes() for u in self.units for p in u.full_local)
         self.peak_gathered = max(self.peak_gathered, gathered)
 
     def prefetch(self, unit) -> None:
@@ -102,17 +129,6 @@ class Root:
         unit.install(unit.full)
         unit.is_unsharded = True
         self._note_peak()
-
-    def _count_grads(self, unit) -> None:
-        """Hook the trainable full parameters, weakly: hooks live in C++, unseen by the cycle
-        collector, so a strong one would keep the model and its thread alive for good."""
-        if not unit.hooks and unit.full:
-            root, owner = weakref.ref(self), weakref.ref(unit)
-            unit.hooks = [
-                p.register_post_accumulate_grad_hook(lambda _: root().grad_ready(owner()))
-                for p, rg in zip(unit.full, unit.requires_grad)
-                if rg
-            ]
 
     # ---- forward -----------------------------------------------------------------------
     def recomputing(self, unit) -> bool:
@@ -152,34 +168,27 @@ class Root:
         if self.recomputing(unit):
             return
         self._span("forward", unit)
+        # reshard_after_forward=None: the root keeps its parameters for the backward next
+        reshard = unit.reshard_after_forward and not (unit is self.unit and unit.auto_reshard)
         if not torch.is_grad_enabled():
             if unit is self.unit:  # inference: nothing stays gathered
                 for u in self.units:
                     if u.is_unsharded:
                         u.free()
-            elif unit.reshard_after_forward:
+            elif reshard:
                 unit.free()
             return
         self.post_order.append(unit)
-        if unit is not self.unit and unit.reshard_after_forward:
+        if reshard:
             unit.reshard_after_forward_now()  # free (an int k: keep a chunk over k ranks)
-        if unit is self.unit:
-            self._arm()
+        self.watch_end()
 
     def _start_step(self) -> None:
-        if self.backward_started and not self.queue.all_launched:
-            missing = [
-                f"{u.label}.{n}"
-                for u, left in zip(self.units, self.queue.pending)
-                for n, rg, p in zip(u.names, u.requires_grad, u.full)
-                if rg and left and p.grad is None
-            ]
-            raise RuntimeError(
-                f"fully_shard: the last backward finished without gradients for {missing} — "
-                "every parameter that requires grad must take part in the loss (FSDP "
-                "reduce-scatters each unit once all its gradients are in). Hint: freeze "
-                "unused parameters with requires_grad_(False)"
-            )
+        """The root's forward starts: last step's leftovers go (prefetches, gathers)."""
+        for u in self.units:  # set_post_optim_event: the optimizer step is done
+            if u.post_optim_event is not None:
+                u.post_optim_event.synchronize()
+                u.post_optim_event = None
         for f in self.gathers.values():  # prefetches nobody used (e.g. an eval forward)
             f.result()
         self.gathers.clear()
@@ -193,64 +202,6 @@ class Root:
         if self.order:
             self.last_order = self.order
         self.order, self.post_order = [], []
-        self.backward_started = False
+        self.armed = self.backward_started = False  # a backward that never ended: forgotten
         self.in_backward.clear()
         self.peak_gathered = 0
-
-    # ---- backward ----------------------------------------------------------------------
-    def pre_backward(self, unit) -> None:
-        """A gradient reached ``unit``'s output (once per output tensor, so this repeats)."""
-        if not self.backward_started and self.queue.all_launched:
-            # a backward after the last one finished: backward(retain_graph=True) again
-            self._arm()
-        self.backward_started = True
-        self.unshard(unit)
-        if id(unit) not in self.in_backward:  # the first gradient at this unit's output
-            self.in_backward.add(id(unit))
-            unit.prepare_grads()
-        self._mark("backward", unit)
-        if unit.backward_prefetch is not None:  # set_modules_to_backward_prefetch: these
-            for target in unit.backward_prefetch:
-                self.prefetch(target)
-            return
-        i = self.post_order.index(unit) if unit in self.post_order else 0  # backward: reversed
-        if i > 0:
-            self.prefetch(self.post_order[i - 1])
-
-    def _arm(self) -> None:
-        """Every unit waits for the gradients of its parameters that require grad."""
-        self.queue.start([sum(u.requires_grad) for u in self.units])
-
-    def grad_ready(self, unit) -> None:
-        self.backward_started = True
-        self.queue.ready(self.index[id(unit)])
-        if self.queue.all_launched:
-            self._finish_backward()
-
-    def _launch(self, i: int):
-        """Unit ``i``'s gradients are in: free it if it can go; the reduce-scatter, or None."""
-        unit = self.units[i]
-        if not any(unit.requires_grad):
-            return None  # all frozen: nothing to reduce
-        self._span("backward", unit)
-        grads = unit.take_grads() if unit.reduce_grads else unit.keep_grads()
-        # autograd may still read a frozen parameter: such a unit stays gathered till the end
-        if unit is not self.unit and all(unit.requires_grad) and unit.reshard_after_backward:
-            unit.free()
-        return (lambda: self._reduce(unit, grads)) if unit.reduce_grads else None
-
-    def _reduce(self, unit, grads):
-        with trace.span(f"reduce-scatter {unit.label}", lane="comm"):
-            return self._counted(unit.reduce, grads)
-
-    def _finish_backward(self) -> None:
-        with trace.span("wait reduce-scatters", lane="compute"):
-            for unit, reduced in zip(self.units, self.queue.wait()):
-                if reduced is not None:
-                    unit.accumulate(reduced)
-        for u in self.units:  # set_reshard_after_backward(False): kept for the next forward
-            u.kept_gathered = u.is_unsharded and not u.reshard_after_backward
-            if u.is_unsharded and u.reshard_after_backward:
-                u.free()
-        self.backward_started = False
-        self.in_backward.clear()

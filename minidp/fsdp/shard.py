@@ -5,6 +5,9 @@ all-gather of equal pieces rebuilds every parameter (13 rows on 4 ranks: 4, 4, 4
 + 3 of padding): ``(T,)`` per rank, gathered into ``(world, T)``. Gradients go back by FSDP2's
 ``chunk_cat``: row ``r`` = piece ``r`` of every gradient.
 
+``Shard(d)`` with ``d > 0`` (``shard_placement_fn``; even only, as FSDP2): the ``d`` chunks
+stacked along dim 0 (:func:`to_rows`) are cut by the same dim-0 rule, as FSDP2 does.
+
 Test: ``pytest tests/test_fsdp.py -k shard``
 """
 
@@ -13,6 +16,16 @@ from __future__ import annotations
 import math
 
 import torch
+
+
+def to_rows(t: torch.Tensor, world: int, dim: int) -> torch.Tensor:
+    """``t`` with its ``dim`` chunks stacked along dim 0: rank r's rows are its chunk."""
+    return t if dim == 0 else torch.cat(t.chunk(world, dim), 0)
+
+
+def from_rows(t: torch.Tensor, world: int, dim: int) -> torch.Tensor:
+    """Inverse of :func:`to_rows`: the full tensor again."""
+    return t if dim == 0 else torch.cat(t.chunk(world, 0), dim)
 
 
 def shard_rows(dim0: int, world: int) -> int:

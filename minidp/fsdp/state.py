@@ -1,8 +1,9 @@
 """The whole model from its shards, and back: full state dicts and per-rank bytes.
 
 ``full_state_dict`` is a collective (``{name: full tensor}`` on every rank, tied parameters
-under their first name); ``load_full_state_dict`` copies this rank's dim-0 chunks, from a
-save at any world size. ``model.state_dict()`` holds the DTensor shards, for DCP.
+under their first name); ``load_full_state_dict`` copies this rank's pieces (its chunk on
+the parameter's shard dim), from a save at any world size. ``model.state_dict()`` holds
+the DTensor shards, for DCP.
 
 Test: ``pytest tests/test_fsdp.py -k state``
 """
@@ -15,14 +16,21 @@ import torch
 from torch import nn
 
 from minidp.comm import Traffic
-from minidp.fsdp import shard
-from minidp.fsdp.dtensor import local
-from minidp.fsdp.wrap import unit_of
+from minidp.fsdp.dtensor import DTensor, local
+from minidp.fsdp.unit import unit_of
+
+try:  # public from torch 2.5
+    from torch.distributed.tensor import distribute_tensor
+except ImportError:  # pragma: no cover - torch 2.4
+    from torch.distributed._tensor import distribute_tensor
 
 
-def _units(model: nn.Module):
-    """(prefix, unit) for every unit in ``model``, in module order."""
-    units = [(f"{n}." if n else "", u) for n, m in model.named_modules() if (u := unit_of(m))]
+def _units(model: nn.Module) -> list:
+    """Every unit in ``model``, once (a group's unit serves several modules), module order."""
+    units = []
+    for m in model.modules():
+        if (u := unit_of(m)) is not None and u not in units:
+            units.append(u)
     if not units:
         raise ValueError(
             f"{type(model).__name__} has no fully_shard units — call minidp.fully_shard first"
@@ -30,17 +38,31 @@ def _units(model: nn.Module):
     return units
 
 
+def _owners(units) -> dict[int, tuple]:
+    """id(parameter) -> (unit, i), for the shards and for the full parameters (gathered)."""
+    owners = {}
+    for u in units:
+        u.adopt()  # after load_state_dict(assign=True): what the module holds now
+        for i, p in enumerate(u.sharded):
+            owners[id(p)] = (u, i)
+        for i, p in enumerate(u.full):
+            owners[id(p)] = (u, i)
+    return owners
+
+
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """``{name: full tensor}`` of every parameter and buffer, on every rank (a collective)."""
-    gathered: dict[str, torch.Tensor] = {}
-    for prefix, unit in _units(model):
-        unit.adopt()
-        for name, full in zip(unit.names, unit.gather_full(unit.dtype)):
-            gathered[prefix + name] = full
-    out = {  # the model's order; a parameter no unit owns is whole on every rank already
-        name: gathered[name] if name in gathered else p.detach().clone()
-        for name, p in model.named_parameters()
-    }
+    units = _units(model)
+    owners = _owners(units)
+    gathered = {id(u): u.gather_full(None) for u in units}  # each in its own dtype
+    out = {}  # the model's order; a parameter no unit owns is whole on every rank already
+    for name, p in model.named_parameters():
+        if id(p) not in owners:
+            out[name] = p.detach().clone()
+            continue
+        unit, i = owners[id(p)]
+        full = unit.layouts[i].unsharded(gathered[id(unit)][i])
+        out[name] = full.full_tensor() if isinstance(full, DTensor) else full
     for name, buf in model.named_buffers():
         out[name] = buf.detach().clone()
     return out
@@ -48,19 +70,18 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 @torch.no_grad()
 def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Copy this rank's chunk of every full parameter (and every buffer) from ``state``."""
-    sharded = set()
-    for prefix, unit in _units(model):
-        unit.adopt()  # after load_state_dict(assign=True): load into what the module holds
-        for i, (name, shape) in enumerate(zip(unit.names, unit.shapes)):
-            key = prefix + name
-            start = min(unit.rank * shard.shard_rows(shape[0], unit.world), shape[0])
-            mine = unit.local(i)
-            mine.copy_(_get(state, key, shape)[start : start + mine.shape[0]])
-            sharded.add(key)
-    for name, p in model.named_parameters():  # parameters no unit owns: whole everywhere
-        if name not in sharded:
+    """Copy this rank's piece of every full parameter (and every buffer) from ``state``."""
+    owners = _owners(_units(model))
+    for name, p in model.named_parameters():
+        if id(p) not in owners:  # a parameter no unit owns: whole everywhere
             p.copy_(_get(state, name, p.shape))
+            continue
+        unit, i = owners[id(p)]
+        lay = unit.layouts[i]
+        full = _get(state, name, lay.global_shape)
+        if lay.tp is not None:  # this rank's tensor-parallel piece first
+            full = distribute_tensor(full, *lay.tp).to_local()
+        unit.local(i).copy_(unit.shard_of(i, full))
     for name, buf in model.named_buffers():
         if name in state:
             buf.copy_(state[name])
@@ -82,7 +103,7 @@ def _get(state: dict[str, torch.Tensor], key: str, shape: torch.Size) -> torch.T
 
 def traffic(model: nn.Module) -> Traffic:
     """What this rank's FSDP collectives moved since the first forward (a running total)."""
-    root = _units(model)[0][1].root
+    root = _units(model)[0].root
     return dataclasses.replace(root.traffic) if root is not None else Traffic()
 
 
@@ -90,10 +111,10 @@ def sharded_bytes(model: nn.Module) -> dict[str, int]:
     """This rank's bytes: ``params``, ``grads``, ``gathered`` now, ``peak_gathered`` last step."""
     params = grads = gathered = 0
     units = _units(model)
-    root = units[0][1].root
-    for _, unit in units:
+    root = units[0].root
+    for unit in units:
         params += sum(p.nbytes for p in unit.padded)
         grads += sum(local(p.grad).nbytes for p in unit.sharded if p.grad is not None)
-        gathered += sum(p.untyped_storage().nbytes() for p in unit.full)
+        gathered += sum(p.untyped_storage().nbytes() for p in unit.full_local)
     peak = root.peak_gathered if root is not None else 0
     return {"params": params, "grads": grads, "gathered": gathered, "peak_gathered": peak}

@@ -5,28 +5,20 @@ piece (``shard.py``) that the all-gather sends; ``sharded[i]``, the DTensor para
 the module over the real rows of ``padded[i]``: what the optimizer steps; ``full[i]``, the
 unsharded parameter (``param_dtype``) forward and backward use, made once: "free" resizes
 its storage to 0 bytes and "gather" back, so autograd's saved tensors stay valid (FSDP2's
-way, with public APIs).
+way, with public APIs). Gradients: ``grads.py``. One unit may serve several modules
+(``fully_shard([a, b])``): one gather, one reduce-scatter for all of them.
 
 Test: ``pytest tests/test_fsdp.py``
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
-from minidp.comm import all_reduce
-from minidp.comm.collectives import all_gather_into_tensor
-from minidp.fsdp import dtensor, post_forward, shard
-from minidp.fsdp.policy import (
-    NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE,
-    MixedPrecisionPolicy,
-    accumulation_dtype,
-    reduce_dtype_for,
-)
-from minidp.fsdp.reduce import gloo_reduce_scatter
+from minidp.fsdp import collectives, dtensor, post_forward, shard
+from minidp.fsdp.grads import Grads
+from minidp.fsdp.policy import MixedPrecisionPolicy
 
 UNIT_ATTR = "_minidp_fsdp_unit"  # where fully_shard keeps a module's unit
 
@@ -36,49 +28,80 @@ def unit_of(module: nn.Module) -> FSDPUnit | None:
     return module.__dict__.get(UNIT_ATTR)
 
 
-class FSDPUnit:
-    """The sharded parameters of one wrapped module, and how to gather and reduce them."""
+class FSDPUnit(Grads):
+    """The sharded parameters of one wrapped module (or group of modules), and how to
+    gather and reduce them. ``layouts[i]``: how parameter ``i`` is cut and described."""
 
-    def __init__(self, module, names, params, locations, group, mesh, reshard_after_forward, mp):
-        self.module = module
-        self.names = names  # names relative to ``module`` (tied parameters once)
+    def __init__(self, modules, owned, group, mesh, layouts, reshard, mp, offload, device):
+        self.modules = modules  # the modules this unit wraps (fully_shard([a, b]): several)
+        self.module = modules[0]
+        names, params, locations = owned
+        self.names = names  # names relative to its module (tied parameters once)
         self.locations = locations  # per parameter: [(submodule, attribute), ...]
         self.group = group  # the shard group: gathers, reduce-scatters
         self.replicate_group = None  # HSDP: the same shard's replicas (all-reduce after)
         self.mesh = mesh  # the torch DeviceMesh the shards are DTensors on (None: plain)
         self.rank, self.world = group.rank(), group.size()
-        self.reshard_after_forward = reshard_after_forward  # True, False, or an int k
+        self.reshard_after_forward = reshard  # True, False, or an int k
         self.post_group = None  # int k: the k ranks this rank reshards to after forward
         self.post_kept: list[torch.Tensor] | None = None  # this rank's chunks over that group
         self.mp = mp or MixedPrecisionPolicy()
-        self.shapes = [p.shape for p in params]
+        self.offload = offload  # CPUOffloadPolicy: the shards live in host memory
+        self.layouts = layouts
+        self.shapes = [lay.shape for lay in layouts]  # what FSDP gathers (a TP param: local)
         self.requires_grad = [p.requires_grad for p in params]
-        self.dtype = params[0].dtype if params else torch.float32
-        self.device = params[0].device if params else torch.device("cpu")
-        self.param_dtype = self.mp.param_dtype or self.dtype
+        self.device = device  # where the unit computes (and gathers)
         # replaced ONCE, here: DTensor parameters viewing the real rows of the padded pieces
         self.padded: list[torch.Tensor] = []
         self.sharded: list[nn.Parameter] = []
-        for p in params:
+        for p, lay in zip(params, layouts):
             with torch.no_grad():  # (meta stays meta)
-                self.padded.append(shard.padded_shard(p.detach(), self.world, self.rank))
-            view = self.padded[-1][: shard.shard_length(p.shape[0], self.world, self.rank)]
-            held = dtensor.as_sharded(view, mesh, p.shape)
+                rows = shard.to_rows(dtensor.local(p).detach(), self.world, lay.dim)
+                piece = shard.padded_shard(rows, self.world, self.rank)
+                self.padded.append(piece.cpu() if offload and not piece.is_meta else piece)
+            held = lay.describe(self.padded[-1][: self.length(len(self.padded) - 1)])
             self.sharded.append(nn.Parameter(held, requires_grad=p.requires_grad))
+        self._set_dtypes()
         self.full: list[nn.Parameter] = []  # created at the first gather
+        self.full_local: list[torch.Tensor] = []  # their plain tensors (a TP param: local)
         self.is_unsharded = False
-        self.reduce_grads = True  # False: keep the gradients unsharded, no reduce-scatter
         self.reshard_after_backward = True  # False: stay gathered for the next forward
+        self.unshard_in_backward = True  # False: backward needs no parameter (embeddings)
         self.kept_gathered = False  # gathered at the end of the last backward, on purpose
         # set_modules_to_{forward,backward}_prefetch's targets; None: the root's choice
         self.forward_prefetch: list[FSDPUnit] | None = None
         self.backward_prefetch: list[FSDPUnit] | None = None
-        # per parameter: unreduced earlier gradients, wider than p (FSDP2 <= 2.14's), or None
-        self.kept: list[torch.Tensor | None] = [None] * len(params)
+        self.to_run: set[int] = set()  # id() of this pass's modules not yet run (a group)
+        self.post_optim_event = None  # set_post_optim_event's: synchronized before gathering
         self.root = None  # the Root coordinating this unit's model, set at the first forward
+        self.is_root: bool | None = None  # set once a root claims the unit (FSDP2's _is_root)
         self.hooks: list = []  # post-accumulate-grad hooks on the full parameters
-        self.label = type(module).__name__  # the root renames it by position, for traces
+        self.state = None  # its FSDP2-named view (introspect.py), made when asked for
+        self.label = type(self.module).__name__  # the root renames it by position, for traces
+        super().__init__(len(params))
         self.install(self.sharded)
+
+    def _set_dtypes(self) -> None:
+        """``dtype``: the trainable parameters' (FSDP2's original dtype; a frozen fp8 weight
+        may sit beside them); ``param_dtype``: what forward computes in."""
+        trainable = [p.dtype for p, rg in zip(self.padded, self.requires_grad) if rg]
+        found = trainable or [p.dtype for p in self.padded] or [torch.float32]
+        self.dtype = found[0]
+        self.param_dtype = self.mp.param_dtype or self.dtype
+
+    def gather_dtypes(self, dtype: torch.dtype | None) -> list[torch.dtype]:
+        """Each parameter's all-gather dtype: ``dtype`` for floating point ones (None: their
+        own), the others' own (mixed precision casts floating point only, as FSDP2)."""
+        return [dtype if dtype and p.is_floating_point() else p.dtype for p in self.padded]
+
+    @property
+    def shard_device(self) -> torch.device:
+        """Where the shards live: host memory under ``CPUOffloadPolicy``, else the device."""
+        return torch.device("cpu") if self.offload else self.device
+
+    def length(self, i: int) -> int:
+        """Rows of real data in this rank's piece of parameter i (dim-0 row form)."""
+        return shard.shard_length(self.layouts[i].row_shape[0], self.world, self.rank)
 
     # ---- which tensors the module holds ------------------------------------------------
     def install(self, params: list[nn.Parameter]) -> None:
@@ -89,7 +112,7 @@ class FSDPUnit:
 
     def free(self) -> None:
         """Reshard: the module holds the shards again; the full storages drop to 0 bytes."""
-        for p in self.full:
+        for p in self.full_local:
             p.untyped_storage().resize_(0)
         self.install(self.sharded)
         self.is_unsharded = False
@@ -97,7 +120,7 @@ class FSDPUnit:
 
     def reshard_after_forward_now(self) -> None:
         """After forward: free, keeping a chunk over the k-group first if k is an int."""
-        kept = post_forward.keep(self.full, self.post_group) if self.post_group else None
+        kept = post_forward.keep(self.full_local, self.post_group) if self.post_group else None
         self.free()
         self.post_kept = kept
 
@@ -125,20 +148,24 @@ class FSDPUnit:
                 continue  # (a zero-row shard's pointer equals its buffer's too)
             self.padded[i] = torch.zeros(pad.shape, dtype=rows.dtype, device=rows.device)
             self.padded[i][: rows.shape[0]].copy_(rows)
-            dtensor.repoint(held, self.padded[i][: rows.shape[0]], self.mesh)
+            dtensor.repoint(held, self.padded[i][: rows.shape[0]], *self.layouts[i].where())
             changed = True
         if changed:
-            self.dtype, self.device = self.padded[0].dtype, self.padded[0].device
-            self.param_dtype = self.mp.param_dtype or self.dtype
+            if self.padded[0].device.type != "cpu" or not self.offload:
+                self.device = self.padded[0].device
+            self._set_dtypes()
             for h in self.hooks:
                 h.remove()
-            self.full, self.hooks = [], []
+            self.full, self.full_local, self.hooks = [], [], []
 
     def follow_requires_grad(self) -> bool:
-        """Adopt ``requires_grad_()`` calls on the shards, as FSDP2 does (True if any changed)."""
-        now = [p.requires_grad for p in self.sharded]
+        """Adopt ``requires_grad_()`` calls on what the module holds (the shards, or the full
+        parameters of a unit kept gathered), as FSDP2 does (True if any changed)."""
+        now = [getattr(*places[0]).requires_grad for places in self.locations]
         if now == self.requires_grad:
             return False
+        for p, rg in zip(self.sharded, now):
+            p.requires_grad_(rg)
         self.requires_grad = now
         self.kept = [None] * len(self.kept)  # indexed by trainable position: that changed
         for p, rg in zip(self.full, now):
@@ -152,33 +179,47 @@ class FSDPUnit:
     # ---- collectives (run on the communication thread) ---------------------------------
     def flat_shards(self, dtype: torch.dtype) -> torch.Tensor:
         """``(T,)`` this rank's padded shards end to end, in ``dtype``."""
-        self._check_not_meta()
+        self.check_not_meta()
         if not self.padded:
             return torch.empty(0, dtype=dtype, device=self.device)
         return torch.cat([p.reshape(-1) for p in self.padded]).to(dtype)
 
-    def _check_not_meta(self) -> None:
-        if self.device.type == "meta":
+    def check_not_meta(self, fqns: list[str] | None = None) -> None:
+        """FSDP2's refusal to gather meta shards, naming them (``fqns``: from the root)."""
+        still = [n for n, p in zip(fqns or self.names, self.padded) if p.is_meta]
+        if still:
             raise RuntimeError(
-                f"fully_shard: {self.label}'s shards are on the meta device, so there is "
-                "nothing to gather. Hint: model.to_empty(device=...) and initialise the "
-                "parameters (model.reset_parameters() or a state dict) after fully_shard, "
-                "before the first forward or unshard()"
+                "FSDP parameters should be materialized from meta device before training, "
+                f"but the following were still on meta device: {still}. Hint: "
+                "model.to_empty(device=...) and initialise the parameters "
+                "(model.reset_parameters() or a state dict) after fully_shard, before the "
+                "first forward or unshard()"
             )
 
-    def gather_full(self, dtype: torch.dtype) -> list[torch.Tensor]:
-        """All-gather: the full parameters, views of one ``(world, T)`` buffer in ``dtype``."""
+    def gather_full(self, dtype: torch.dtype | None) -> list[torch.Tensor]:
+        """All-gather: the full parameters (a TP parameter: its local tensor), floating point
+        ones in ``dtype``. One buffer; as bytes when the dtypes differ (FSDP2 does too)."""
         if not self.shapes:  # no parameters (all in inner units): no collective, as FSDP2
             return []
-        self._check_not_meta()
-        total = sum(p.numel() for p in self.padded)  # T
-        rows = torch.empty(self.world, total, dtype=dtype, device=self.device)  # (world, T)
-        offset = 0
-        for p in self.padded:  # this rank's row: its padded shards end to end
-            rows[self.rank, offset : offset + p.numel()].copy_(p.reshape(-1))
-            offset += p.numel()
-        all_gather_into_tensor(rows, rows[self.rank], group=self.group)
-        return shard.uncat(rows, self.shapes, self.world)  # (world, T) -> full views
+        self.check_not_meta()
+        dtypes = self.gather_dtypes(dtype)
+        mixed = len(set(dtypes)) > 1
+        pieces = [p.to(d).reshape(-1) for p, d in zip(self.padded, dtypes)]
+        if mixed:
+            pieces = [x.view(torch.uint8) for x in pieces]
+        total = sum(x.numel() for x in pieces)  # T (elements, or bytes when mixed)
+        buffer_dtype = torch.uint8 if mixed else dtypes[0]
+        rows = torch.empty(self.world, total, dtype=buffer_dtype, device=self.device)
+        torch.cat(pieces, out=rows[self.rank])  # this rank's row: its padded shards
+        collectives.gather_into(rows, rows[self.rank], self.group)
+        fulls, offset = [], 0
+        for x, d, lay in zip(pieces, dtypes, self.layouts):  # (world, T) -> dim-0 row forms
+            block = rows[:, offset : offset + x.numel()]
+            offset += x.numel()
+            block = block.contiguous().view(d) if mixed else block
+            view = shard.uncat(block, [lay.row_shape], self.world)[0]
+            fulls.append(shard.from_rows(view, self.world, lay.dim))
+        return fulls
 
     def gather(self) -> None:
         """All-gather into the ``full`` parameters' storages (allocating them again)."""
@@ -188,88 +229,21 @@ class FSDPUnit:
         else:
             fulls = self.gather_full(self.param_dtype)
         if not self.full:
+            dtypes = self.gather_dtypes(self.param_dtype)
+            self.full_local = [
+                torch.empty(s, dtype=d, device=self.device) for s, d in zip(self.shapes, dtypes)
+            ]
             self.full = [
-                nn.Parameter(torch.empty(s, dtype=self.param_dtype, device=self.device), rg)
-                for s, rg in zip(self.shapes, self.requires_grad)
+                nn.Parameter(lay.unsharded(t), rg)
+                for t, lay, rg in zip(self.full_local, self.layouts, self.requires_grad)
             ]
         with torch.no_grad():
-            for p, data in zip(self.full, fulls):
+            for p, data in zip(self.full_local, fulls):
                 p.untyped_storage().resize_(p.numel() * p.element_size())
                 p.data.copy_(data)  # .data: a fresh version counter, saved tensors stay valid
 
-    def take_grads(self) -> list[torch.Tensor]:
-        """The full gradients of this backward, detached from the full parameters."""
-        grads = []
-        for p, rg in zip(self.full, self.requires_grad):
-            if rg:
-                if p.grad is not None and p.grad.layout != torch.strided:
-                    raise RuntimeError(
-                        f"fully_shard: {self.names[len(grads)]} got a {p.grad.layout} gradient "
-                        "but FSDP reduce-scatters dense gradients only — use sparse=False"
-                    )
-                i = len(grads)
-                kept, self.kept[i] = self.kept[i], None
-                if kept is not None and p.grad is not None:
-                    kept += p.grad  # this backward's, onto the wider earlier ones
-                grads.append(p.grad if kept is None else kept)
-                p.grad = None
-        return grads
-
-    def prepare_grads(self) -> None:
-        """This unit's backward starts: set the dtype autograd sums in (``policy.py``)."""
-        if not NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE:
-            return  # up to 2.14 autograd sums in the parameters' dtype
-        for p, rg in zip(self.full, self.requires_grad):
-            if rg:
-                wide = accumulation_dtype(self.mp, self.param_dtype, self.dtype)
-                starts = not self.reduce_grads and p.grad is None
-                p.grad_dtype = wide if starts and wide != self.param_dtype else None
-
-    def keep_grads(self) -> None:
-        """No gradient sync: the full gradients stay, in FSDP2's accumulation dtype."""
-        trainable = [p for p, rg in zip(self.full, self.requires_grad) if rg]
-        for i, p in enumerate(trainable):
-            if p.grad is None:
-                continue
-            dtype = accumulation_dtype(self.mp, p.grad.dtype, self.dtype)
-            if NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE and p.grad.dtype != dtype:  # torch >= 2.15
-                p.grad_dtype = None  # the wider gradient stays on the parameter, as FSDP2's
-                p.grad = p.grad.to(dtype)
-            elif p.grad.dtype != dtype:  # aside, as FSDP2 did (and .grad must match p's dtype)
-                if self.kept[i] is None:
-                    self.kept[i] = p.grad.to(dtype)
-                else:
-                    self.kept[i] += p.grad
-                p.grad = None
-
-    def reduce(self, grads: list[torch.Tensor]) -> torch.Tensor:
-        """Reduce-scatter the gradients: this rank's ``(T_grad,)`` average, original dtype."""
-        reduce_dtype = reduce_dtype_for(self.mp, grads[0].dtype, self.dtype)  # torch's rule
-        replicas = self.replicate_group.size() if self.replicate_group is not None else 1  # HSDP
-        pre, post, op = shard.divide_factors(self.world * replicas, reduce_dtype)
-        rows = shard.chunk_cat(grads, self.world, reduce_dtype)  # (world, T_grad)
-        if pre is not None and pre != 1:
-            rows.div_(pre)
-        # gloo's bits (minidp.comm.reduce_scatter adds in another order: reduce.py)
-        mine = gloo_reduce_scatter(rows.view(-1), op, self.group)  # (T_grad,) rank-local
-        if self.replicate_group is not None:  # HSDP: then across the shard's replicas
-            all_reduce(mine, op, self.replicate_group)  # avg: each step divides by its size
-        if post is not None and post != 1:
-            mine.div_(post)
-        return mine.to(self.dtype)
-
-    def accumulate(self, flat: torch.Tensor) -> None:
-        """Add this rank's reduced ``(T_grad,)`` gradient into the shards' ``.grad``."""
-        offset = 0
-        for i, (param, full_shape) in enumerate(zip(self.sharded, self.shapes)):
-            if not self.requires_grad[i]:
-                continue
-            rows = shard.shard_rows(full_shape[0], self.world)
-            width = rows * math.prod(full_shape[1:])
-            length = shard.shard_length(full_shape[0], self.world, self.rank)
-            grad = flat[offset : offset + width].view(rows, *full_shape[1:])[:length]
-            offset += width
-            if param.grad is None:  # a DTensor like its parameter: norms over it are global
-                param.grad = dtensor.as_sharded(grad, self.mesh, full_shape)
-            else:
-                dtensor.local(param.grad).add_(grad)
+    def shard_of(self, i: int, full: torch.Tensor) -> torch.Tensor:
+        """This rank's real rows of ``full`` (parameter i, whole): what its shard holds."""
+        rows = shard.to_rows(full, self.world, self.layouts[i].dim)
+        start = min(self.rank * self.padded[i].shape[0], rows.shape[0])
+        return rows[start : start + self.length(i)]

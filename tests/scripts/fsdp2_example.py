@@ -37,7 +37,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 # -- the one line a user swaps (BEGIN) --
 if os.environ.get("FSDP2_EXAMPLE_IMPL", "torch") == "minidp":
-    from minidp.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+    from minidp import FSDPModule, MixedPrecisionPolicy, fully_shard
 else:
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 # -- the one line a user swaps (END) --
