@@ -387,30 +387,43 @@ def two_roots_chained(rank, world):
     return train(theirs, ours, lambda m, i: _backward(m["b"](m["a"](data(rank, i, 4, 8)))), 3)
 
 
+class Twin(nn.Module):
+    def __init__(self, shared):
+        super().__init__()
+        self.shared, self.own = shared, nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.own(torch.relu(self.shared(x)))
+
+
+def _twins():
+    shared = nn.Linear(8, 8)
+    return nn.Sequential(Twin(shared), Twin(shared))
+
+
 @scenario
 def shared_submodule(rank, world):
-    """One Linear used by two blocks, each block's own Linear a unit: the shared Linear's
-    parameters go to the root, which holds them through the whole forward."""
+    """One Linear used by two blocks: in the root's unit (each block's own Linear a unit),
+    or a unit of its own before the blocks (then used twice per forward). Wrapping the two
+    blocks with the shared Linear inside each is refused by both (``refusals``)."""
 
-    class Twin(nn.Module):
-        def __init__(self, shared):
-            super().__init__()
-            self.shared, self.own = shared, nn.Linear(8, 8)
-
-        def forward(self, x):
-            return self.own(torch.relu(self.shared(x)))
-
-    def build():
-        shared = nn.Linear(8, 8)
-        return nn.Sequential(Twin(shared), Twin(shared))
-
-    def shard(m, fs):
+    def in_root(m, fs):
         for t in m:
             fs(t.own)
         fs(m)
 
-    theirs, ours = both(build, shard, world)
-    return train(theirs, ours, lambda m, i: _backward(m(data(rank, i, 4, 8))), 3)
+    def own_unit(m, fs):
+        fs(m[0].shared)
+        for t in m:
+            fs(t)
+        fs(m)
+
+    rows = []
+    for tag, shard in (("in the root", in_root), ("its own unit", own_unit)):
+        theirs, ours = both(_twins, shard, world)
+        step = lambda m, i: _backward(m(data(rank, i, 4, 8)))  # noqa: E731
+        rows += [(tag, *r) for r in train(theirs, ours, step, 3)]
+    return rows
 
 
 def _compiled(rank, world, backend: str):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-from fsdp_moves_runners import _backward, both, compare, data, scenario, train
+from fsdp_moves_runners import _backward, _twins, both, compare, data, scenario, train
 from test_fsdp_support import Block, diff
 
 import minidp
@@ -336,6 +336,7 @@ REFUSALS = {  # name: (build, fully_shard kwargs or a mesh shape)
     "shard dim 1 of a bias": (lambda: nn.Linear(4, 4), {"dim": 1}),
     "uneven on dim 1": (lambda: nn.Linear(3, 4), {"dim": 1}),
     "a container without forward": (lambda: nn.ModuleList([nn.Linear(4, 4)]), {}),
+    "two blocks sharing a submodule": (_twins, {"blocks": True}),
 }
 
 
@@ -365,7 +366,10 @@ def refusals(rank, world):
             if "dim" in kw:
                 args["shard_placement_fn"] = lambda p, d=kw["dim"]: Shard(d)
             try:
-                fs(build(), **args)
+                model = build()
+                for block in model if kw.get("blocks") else ():
+                    fs(block, **args)  # the second block's shared Linear: taken already
+                fs(model, **args)
                 pair.append(("no error", ""))
             except Exception as exc:  # noqa: BLE001 - compared with FSDP2's
                 pair.append((type(exc).__name__, str(exc)))

@@ -32,7 +32,7 @@ MAIN = {  # scenario: what main did
     "reset_after_exception": "had no reset_iter_state",
     "reshard_toggle": "had no set_reshard_after_forward, no fully_shard.state",
     "two_roots_chained": "trained like FSDP2 already (kept as a move of a real loop)",
-    "shared_submodule": "trained like FSDP2 already (kept as a move of a real loop)",
+    "shared_submodule": "trained like FSDP2 already (a unit of its own: not compared)",
     "casts": "cast like FSDP2 already (not compared per module before)",
     "clamp_reduce_dtype": "trained like FSDP2 already (not compared before)",
     "grouped_cast_inputs": "refused a list of modules",
@@ -117,8 +117,14 @@ def test_fully_shard_state_answers_as_fsdp2s(results):
 
 def test_refusals_are_fsdp2s_with_a_hint(results):
     """Same exception class; minidp's message is FSDP2's, then a hint. main: a 3-D mesh
-    was taken as HSDP's rows, scalar/non-contiguous/dim checks in other words or none."""
-    for name, ((t_kind, t_msg), (o_kind, o_msg)) in _result(results, "refusals", 0).items():
+    was taken as HSDP's rows, scalar/non-contiguous/dim checks in other words or none.
+    Two blocks sharing a submodule: FSDP2 fails inside (TypeError "Invariant encountered");
+    minidp refuses at the same call with the same class, and says what to do."""
+    refused = _result(results, "refusals", 0)
+    (t_kind, _), (o_kind, o_msg) = refused.pop("two blocks sharing a submodule")
+    assert t_kind == o_kind == "TypeError", (t_kind, o_kind)
+    assert "shared by both. Hint: give the shared submodule a unit of its own" in o_msg
+    for name, ((t_kind, t_msg), (o_kind, o_msg)) in refused.items():
         assert o_kind == t_kind != "no error", (name, t_kind, o_kind)
         assert o_msg.startswith(t_msg.split("\n")[0].split("(\n")[0]), (name, t_msg, o_msg)
         assert len(o_msg) > len(t_msg.split("\n")[0]), (name, "no hint", o_msg)

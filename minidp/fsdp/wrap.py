@@ -228,14 +228,23 @@ def _owned_parameters(modules: list[nn.Module], ignored: set[int] = frozenset())
 
 def _check_not_taken(module: nn.Module, names, params) -> ValueError | None:
     """A parameter tied across two units would be silently untied: FSDP2's ValueError (to
-    raise at the first forward, as FSDP2); one already a shard of a wrapped parent: now."""
+    raise at the first forward, as FSDP2). One already a shard of another unit: refused now
+    (FSDP2 refuses this call too, with a TypeError from inside)."""
     for name, p in zip(names, params):
-        parent = getattr(p, _SHARDED_BY, None)
-        if parent is not None:  # torch refuses this call too (a TypeError from inside)
-            raise ValueError(
-                f"fully_shard: {type(module).__name__}'s parameter '{name}' is already a shard "
-                f"of an enclosing unit ({parent}): wrap the submodules first, then the root "
-                "(for block in model.blocks: fully_shard(block); then fully_shard(model))"
+        label = getattr(p, _SHARDED_BY, None)
+        if label is not None:  # all of them a parent's shards: wrapped after its parent
+            if all(getattr(q, _SHARDED_BY, None) == label for q in params):
+                raise ValueError(
+                    f"fully_shard: {type(module).__name__}'s parameter '{name}' is already a "
+                    f"shard of an enclosing unit ({label}): wrap the submodules first, then "
+                    "the root (for block in model.blocks: fully_shard(block); then "
+                    "fully_shard(model))"
+                )
+            raise TypeError(  # a submodule two blocks share (FSDP2 raises a TypeError too)
+                f"fully_shard: {type(module).__name__}'s parameter '{name}' is already a "
+                f"shard of another unit ({label}): a submodule shared by both. Hint: give "
+                "the shared submodule a unit of its own first (fully_shard(shared), then "
+                "the blocks, then the root), or wrap only a module that holds both blocks"
             )
         owner = getattr(p, _TAKEN, None)
         if owner is not None:
