@@ -10,10 +10,10 @@ Bit-exact at 2, 3 and 4 ranks, fp32, bf16 and fp16 (``torch.equal``), with ``red
 unset (what that means changed in torch 2.15: ``minidp/fsdp/policy.py``) and set. With 2
 ranks each averaged gradient element is one addition and one halving, so any
 reduce-scatter gives the same bits. From 3 ranks on the order of additions matters: gloo's
-reduce-scatter is an all-reduce of the whole input, and ``minidp.fsdp.reduce`` adds in that
-same order (``minidp.comm.reduce_scatter``'s ring order rounds a few gradient elements
-differently at 4 ranks, and AdamW carries that into the weights). That reduce-scatter is
-checked by itself against gloo's all-reduce below, on every torch.
+reduce-scatter is an all-reduce of the whole input, and ``minidp.comm.reduce_scatter_tensor``
+adds in that same order (checked by itself in ``tests/test_reduce_scatter.py``; a ring order
+rounds a few gradient elements differently at 4 ranks, and AdamW carries that into the
+weights).
 
 FSDP2 needs gloo's reduce-scatter (torch >= 2.8), and torch 2.8's FSDP2 sums gradients
 instead of averaging them on gloo: the comparisons skip there (``helpers.FSDP2_UNUSABLE``);
@@ -27,7 +27,7 @@ from __future__ import annotations
 import pytest
 import torch
 from fsdp_scenarios import SCENARIOS, resume_at, run_scenario, trained_full_state
-from helpers import FSDP2_UNUSABLE, gloo_all_reduce
+from helpers import FSDP2_UNUSABLE
 from test_fsdp_support import BLOCKS as BLOCKS_IN_LM
 from test_fsdp_support import (
     Block,
@@ -42,9 +42,7 @@ from test_fsdp_support import (
 
 import minidp
 from minidp.comm import count_traffic
-from minidp.comm import group as groups
 from minidp.fsdp import shard, sharded_bytes, traffic
-from minidp.fsdp.reduce import gloo_reduce_scatter
 from minidp.launch import run_threads
 
 needs_fsdp2 = pytest.mark.skipif(FSDP2_UNUSABLE is not None, reason=FSDP2_UNUSABLE or "")
@@ -88,22 +86,6 @@ def test_bit_identical_to_fsdp2_at_three_and_four_ranks(parity, world, name):
         assert rows and diffs == [], f"rank {rank}: (step, param, what, max |diff|): {diffs[:5]}"
 
 
-def _reduce_scatter_vs_gloo(rank, world, sizes):
-    """minidp's gloo-order reduce-scatter vs gloo's own all-reduce of the whole input."""
-    group = groups.resolve()
-    wrong = []
-    for numel in sizes:
-        for dtype in (torch.float32, torch.bfloat16):
-            g = torch.Generator().manual_seed(numel * 10 + rank)
-            flat = torch.randn(world * numel, generator=g).to(dtype)  # (world * numel,)
-            # gloo's reduce_scatter is this all-reduce, keeping one piece; its AVG = SUM / W
-            want = gloo_all_reduce(flat.clone(), "sum")[rank * numel : (rank + 1) * numel]
-            got = gloo_reduce_scatter(flat.clone(), "avg", group)
-            if not torch.equal(got, want / world):
-                wrong.append((numel, dtype))
-    return wrong
-
-
 def test_shards_are_torch_chunks_padded():
     """Every rank's rows are ``torch.chunk``'s (FSDP2's rule), empty where chunk has none
     (5 rows on 4 ranks: 2, 2, 1, 0), padded to the first chunk's length."""
@@ -118,13 +100,6 @@ def test_shards_are_torch_chunks_padded():
                 assert padded.shape[0] == (len(chunks[0]) if chunks else 0)
                 assert torch.equal(padded[: len(want)], want)
                 assert not padded[len(want) :].any()  # the padding is zeros
-
-
-@pytest.mark.parametrize("world", [2, 3, 4, 5])
-def test_gloo_order_reduce_scatter_is_bit_exact(world):
-    """Sizes where gloo's chunks are empty, ragged, and several segments long."""
-    sizes = [1, 5, 17, 1001, 40000]
-    assert run_threads(_reduce_scatter_vs_gloo, world, sizes) == [[]] * world
 
 
 @needs_fsdp2

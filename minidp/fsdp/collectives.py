@@ -17,8 +17,7 @@ from concurrent.futures import Future
 import torch
 import torch.distributed as dist
 
-from minidp.comm import all_gather, all_gather_into_tensor, all_reduce
-from minidp.fsdp.reduce import gloo_reduce_scatter
+from minidp.comm import all_gather, all_gather_into_tensor, all_reduce, reduce_scatter_tensor
 
 _OPS = {"sum": "SUM", "avg": "AVG"}
 
@@ -67,9 +66,9 @@ def gather_list(outputs: list[torch.Tensor], mine: torch.Tensor, group) -> None:
 
 def reduce_scatter(flat: torch.Tensor, op: str, group) -> torch.Tensor:
     """This rank's ``(T,)`` piece of the reduction of ``flat`` ``(world * T,)``."""
-    if has_send_recv(group):
-        return gloo_reduce_scatter(flat, op, group)
-    mine = flat.new_empty(flat.numel() // group.size())
+    mine = flat.new_empty(flat.numel() // group.size())  # (T,) rank-local
+    if has_send_recv(group):  # gloo's bits; flat (rank-local scratch) is lent to the ring
+        return reduce_scatter_tensor(mine, flat, op, group, input_is_scratch=True)
     own = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     own(mine, flat, op=getattr(dist.ReduceOp, _OPS[op]), group=group)
     return mine
