@@ -16,15 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from minidp.tools.exercise import EXERCISES, find, main
+from minidp.tools.exercise import NAMES, find, main
 
 CHEATS_DIR = Path(__file__).resolve().parent / "exercise_cheats"
-WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
 
 # (exercise, fixture, exit code, what the report must say) — the issue's eight classes
 CHEATS = [
     # 1. forging the verdict: writes into the checker's pipe, exits 0 at import
-    ("ring_all_reduce", "forge_verdict", 2, "said it was done with 0 of 9 cases answered"),
+    ("ring_all_reduce", "forge_verdict", 2, "said it was done with 0 of 10 cases answered"),
     # 2. reading the answer from the checker's frames
     ("ring_all_reduce", "read_expected", 2, "your file called sys._getframe"),
     # 3. changing what equality means: a tensor subclass whose torch.equal says True
@@ -33,9 +32,8 @@ CHEATS = [
     ("ring_all_reduce", "swap_code", 2, "minidp.tools.exercise.spec.compare.__code__"),
     ("ring_all_reduce", "patch_reference", 2, "minidp.tools.exercise.reference.all_reduce"),
     # 5. calling the library's answer, or the answer key
-    ("reduce_scatter", "calls_library", 1,
-     "minidp.comm.collectives.reduce_scatter is this exercise's answer"),
-    ("all_gather", "calls_library", 1, "minidp.comm.collectives.all_gather is this exercise's"),
+    ("reduce_scatter", "calls_library", 1, "reduce_scatter is this exercise's answer"),
+    ("all_gather", "calls_library", 1, "all_gather is this exercise's answer"),
     ("broadcast", "calls_library", 1, "minidp.textbook.collectives.broadcast is this exercise's"),
     ("hsdp_reduce", "runs_solution", 2, "the reference solutions are not available"),
     ("clip_grad_norm_shards", "runs_solution", 2, "the reference solutions are not available"),
@@ -97,20 +95,21 @@ def test_check_all_json_grades_a_folder_of_honest_wrong_and_cheating_files(tmp_p
     forges, one that tampers with equality: each graded as what it is."""
     files = {
         "ring_all_reduce": find("ring_all_reduce").solution,
-        "ring_pass": WRONG_DIR / "ring_pass__wrong_direction.py",
+        "ring_pass": find("ring_pass").slips[0].with_name("wrong_direction.py"),
         "reduce_scatter": CHEATS_DIR / "reduce_scatter__calls_library.py",
         "naive_all_reduce": CHEATS_DIR / "ring_all_reduce__equal_lies.py",
         "all_gather": CHEATS_DIR / "ring_all_reduce__forge_verdict.py",
     }
     for name, source in files.items():
         text = source.read_text().replace("def ring_all_reduce(", f"def {name}(")
+        text = text.replace("def ring_pass(", f"def {name}(")
         (tmp_path / f"{name}.py").write_text(text)
     rc = main(["check", "--all", "--json", "--dir", str(tmp_path), "--generated", "0"])
     report = json.loads(capfd.readouterr().out)
     entries = {e["exercise"]: e for e in report["exercises"]}
-    assert report["score"] == 1 and report["of"] == len(EXERCISES) and rc == 2
+    assert report["score"] == 1 and report["of"] == len(NAMES) and rc == 2
     assert (entries["ring_all_reduce"]["status"], entries["ring_all_reduce"]["exit"]) == ("pass", 0)
-    assert entries["ring_all_reduce"]["passed"] == entries["ring_all_reduce"]["cases"] == 9
+    assert entries["ring_all_reduce"]["passed"] == entries["ring_all_reduce"]["cases"] == 10
     assert (entries["ring_pass"]["status"], entries["ring_pass"]["exit"]) == (
         "fail: wrong direction", 1)  # fmt: skip
     assert (entries["reduce_scatter"]["status"], entries["reduce_scatter"]["exit"]) == (

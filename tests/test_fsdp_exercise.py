@@ -1,34 +1,24 @@
-"""The FSDP exercise (``fsdp_unit``): each classic wrong solution fails with its own hint.
+"""The FSDP exercise (``fsdp_unit``) cuts every parameter as the book's FSDP page and FSDP2
+do: dim 0, ``torch.chunk`` rows per rank — the page's padded pieces without their padding.
 
 Run: ``pytest tests/test_fsdp_exercise.py``
 
-``tests/test_exercises.py`` runs the reference solution and the untouched stub of every
-catalogue entry; this file adds the wrong solutions (``tests/exercise_wrong/fsdp_unit__*``).
+Its solution, stub, slips and wrong solutions: ``tests/test_exercises.py``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+import torch
 
-from minidp.tools.exercise import check, find
-from minidp.tools.exercise import report as printer
-
-WRONG_DIR = Path(__file__).resolve().parent / "exercise_wrong"
-
-# (file tests/exercise_wrong/fsdp_unit__WHAT.py, the mistake its hint must name)
-WRONG = [
-    ("not_averaged", "forgot to average"),
-    ("full_grads", "returned the full gradients"),
-    ("padding_kept", "padding rows left in"),
-]
+from minidp.textbook.zero import pieces
+from minidp.tools.exercise.specs.clip_grad_norm_shards import shard
 
 
-@pytest.mark.parametrize("what,mistake", WRONG, ids=[w for w, _ in WRONG])
-def test_wrong_solution_fails_with_its_hint(what, mistake):
-    rep = check(find("fsdp_unit"), WRONG_DIR / f"fsdp_unit__{what}.py", generated=0)
-    text = printer.summary(rep)
-    assert not rep.passed and rep.failure.status == "wrong", text
-    assert rep.failure.mistake is not None and rep.failure.mistake.name == mistake, text
-    assert f"hint ({mistake}): " in text and "expected" in text and "got" in text
+@pytest.mark.parametrize("rows,world", [(5, 2), (5, 3), (2, 3), (5, 4), (1, 5)])
+def test_the_exercises_shards_are_the_books_pieces_without_padding(rows, world):
+    t = torch.arange(rows * 3.0).view(rows, 3)
+    for rank, piece in enumerate(pieces(t, world)):
+        mine = shard(t, world, rank)
+        assert torch.equal(piece[: mine.shape[0]], mine)
+        assert not piece[mine.shape[0] :].any()  # the rest of the piece is padding

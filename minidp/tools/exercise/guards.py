@@ -1,31 +1,9 @@
-"""What the sandbox refuses and watches while the learner's code runs.
+"""What the sandbox refuses and watches: what *is* the answer (``Exercise.answers``) becomes a
+stand-in raising ``RefusedCall`` (a wrong answer); an audit hook refuses reading the
+solutions, writing into the package, lessons or torch, and looking into frames; a seal sees
+minidp's or torch's names re-pointed. Both are tampering (exit 2), noted in FINDINGS."""
 
-These guards live in the learner's own process, so they are not what makes a grade
-trustworthy — the judge compares the answers in another process, after the sandbox is
-gone (``runner.py``). They make the classic shortcuts fail with a message that says what
-was seen, instead of passing:
-
-* **the answer is unavailable**: each exercise lists what *is* its answer
-  (``Exercise.answers``: ``minidp.textbook.collectives.ring_all_reduce``, torch's
-  ``DistributedSampler``, ...). :func:`refuse_answers` replaces each of those objects,
-  wherever a module names it, by a stand-in that raises :class:`RefusedCall`.
-* **an audit hook** (``sys.addaudithook``, which cannot be removed) refuses and records:
-  reading or running anything in ``lessons/solutions/``; writing into the package, the
-  lessons or torch; grabbing the interpreter's frames (``sys._getframe``,
-  ``inspect.stack``, a traceback's ``tb_frame``, ``sys._current_frames``) or walking its
-  objects (``gc.get_objects``/``get_referrers``) *from the learner's file* — a sandbox
-  holds no answers there, and looking counts as tampering.
-* **a seal** (``seal.py``) on the checker's and torch's names and code, taken before the
-  learner's file is imported: re-pointing a function, or swapping its ``__code__``.
-
-Every finding goes into :data:`FINDINGS`; the sandbox sends them with the case they
-happened in, and the judge fails the check as tampering (exit 2).
-
-Test: ``pytest tests/test_exercise_guards.py``
-"""
-
-from __future__ import annotations
-
+import builtins
 import importlib
 import os
 import sys
@@ -33,46 +11,37 @@ import threading
 import types
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
 from minidp.tools.exercise.learner_group import RefusedCall
 
-FINDINGS: list[str] = []  # what this sandbox saw, in order (sent with each case)
-_lock = threading.Lock()
-_inside = threading.local()  # the hook's own frame lookups must not re-enter it
-_FRAME_EVENTS = ("sys._getframe", "sys._current_frames", "gc.get_objects",
-                 "gc.get_referrers", "gc.get_referents")  # fmt: skip
-_SPAWN_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn")
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-_WRITE_EVENTS = ("os.remove", "os.rename", "os.rmdir", "os.truncate", "os.chmod", "os.link",
-                 "os.symlink", "shutil.rmtree", "shutil.move", "shutil.copyfile")  # fmt: skip
+FINDINGS: list[str] = []  # what this sandbox saw, in order
+_busy = threading.local()  # the hook's own frame lookup must not re-enter it
+_FRAMES = ("sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
+           "gc.get_referents")  # fmt: skip
+_SPAWNS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn")
+_WRITES = ("os.remove", "os.rename", "os.rmdir", "os.truncate", "os.chmod", "os.link",
+           "os.symlink", "shutil.rmtree", "shutil.move", "shutil.copyfile")  # fmt: skip
 
 
 class Tampering(BaseException):
-    """Raised into the learner's code by the audit hook (a BaseException: ``except
-    Exception`` does not swallow it; the finding is recorded before it is raised anyway)."""
+    """Raised by the audit hook (``except Exception`` does not catch it; noted first)."""
 
 
 def note(finding: str) -> None:
-    with _lock:
-        if finding not in FINDINGS:
-            FINDINGS.append(finding)
+    if finding not in FINDINGS:
+        FINDINGS.append(finding)
 
 
-# ----------------------------------------------------------------------------- answers
-
-
-def _targets(dotted: str) -> list[tuple]:
-    """``(owner, attribute, object)`` for what ``dotted`` names: every function defined in it
-    if it is a module, else the one object (a function, a class, a method). [] for a name
-    this torch or minidp lacks."""
-    module = sys.modules.get(dotted)
-    if module is None:
-        try:
-            module = importlib.import_module(dotted)
-        except ImportError:
-            module = None
-    if isinstance(module, types.ModuleType):
+def targets(dotted: str) -> list[tuple]:
+    """``(owner, attribute, object)``: a module's own functions, else the one object, or []."""
+    try:
+        module = importlib.import_module(dotted)
         return [(module, k, v) for k, v in vars(module).items()
                 if isinstance(v, types.FunctionType) and v.__module__ == dotted]  # fmt: skip
+    except ImportError:
+        pass
     parts = dotted.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         try:
@@ -85,54 +54,34 @@ def _targets(dotted: str) -> list[tuple]:
     return []
 
 
-def _stand_in(obj, tools: str):
+def refuse_answers(names: tuple[str, ...]) -> None:
+    """Each object named: a refusing stand-in wherever it is (but in the checker's modules)."""
+    stand_ins: dict[int, tuple] = {}
+    for dotted in names:
+        for owner, attr, obj in targets(dotted):
+            stand_ins.setdefault(id(obj), (obj, _stand_in(obj)))
+            setattr(owner, attr, stand_ins[id(obj)][1])
+    for name, module in list(sys.modules.items()):
+        if module is not None and not name.startswith("minidp.tools.exercise"):
+            for key, value in list(getattr(module, "__dict__", {}).items()):
+                if id(value) in stand_ins and stand_ins[id(value)][0] is value:
+                    setattr(module, key, stand_ins[id(value)][1])
+
+
+def _stand_in(obj):
     dotted = f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}"
 
     def refused(*args, **kwargs):
         raise RefusedCall(
             f"{dotted} is this exercise's answer (or part of it), so the check makes it "
-            f"unavailable — expected your own code, got a call to {dotted}. Hint: {tools}"
-        )
+            f"unavailable — expected your own code, got a call to {dotted}. Hint: the stub's "
+            "docstring lists the tools")  # fmt: skip
 
     refused.__name__ = refused.__qualname__ = getattr(obj, "__name__", "refused")
     return refused
 
 
-def refuse_answers(names: tuple[str, ...], tools: str) -> None:
-    """Replace each object named in ``names`` (a module: each function defined in it) by a
-    refusing stand-in where it is defined and in every module that imported it — except
-    the checker's own modules, which keep what they use."""
-    stand_ins: dict[int, tuple] = {}
-    for dotted in names:
-        for owner, attr, obj in _targets(dotted):
-            stand_in = stand_ins.setdefault(id(obj), (obj, _stand_in(obj, tools)))[1]
-            setattr(owner, attr, stand_in)
-    for name, module in list(sys.modules.items()):
-        if module is None or name.startswith("minidp.tools.exercise"):
-            continue
-        for key, value in list(getattr(module, "__dict__", {}).items()):
-            hit = stand_ins.get(id(value))
-            if hit is not None and hit[0] is value:
-                setattr(module, key, hit[1])
-
-
-# ----------------------------------------------------------------------------- the audit hook
-
-
-def _caller_file() -> str:
-    """The file of the nearest Python frame outside the standard library's ``inspect``
-    and ``traceback`` helpers, above this hook."""
-    _inside.on = True
-    try:
-        frame = sys._getframe(2)  # 0: here, 1: the hook, 2: whoever raised the event
-        while frame is not None and Path(frame.f_code.co_filename).name in ("inspect.py",):
-            frame = frame.f_back
-        return frame.f_code.co_filename if frame is not None else ""
-    finally:
-        _inside.on = False
-
-
-def _inside_dir(path: str, folder: str) -> bool:
+def _inside(path, folder: str) -> bool:
     try:
         real = os.path.realpath(os.fsdecode(path))
     except (TypeError, ValueError):
@@ -140,69 +89,102 @@ def _inside_dir(path: str, folder: str) -> bool:
     return real == folder or real.startswith(folder + os.sep)
 
 
-def _protected(path, protected: tuple[str, ...]) -> bool:
-    """Inside the package, the lessons or torch — but not a ``__pycache__`` (an import that
-    compiles a module writes its bytecode there)."""
-    return "__pycache__" not in os.fsdecode(path) and any(_inside_dir(path, p) for p in protected)
+def install(learners: list[str], solutions: str) -> None:
+    """The audit hook for the files under check (see the module docstring)."""
+    import minidp
 
-
-def _is_learner(path, learner: str) -> bool:
-    """The learner's own file, or its compiled bytecode (a check of a reference solution
-    imports that solution — and only that one)."""
-    real = os.path.realpath(os.fsdecode(path))
-    folder, stem = os.path.split(learner)
-    cached = os.path.join(folder, "__pycache__", os.path.splitext(stem)[0] + ".")
-    return real == learner or real.startswith(cached)
-
-
-def install(learner: str, solutions: str, protected: tuple[str, ...]) -> None:
-    """The audit hook, for a learner's file at ``learner`` (see the module docstring)."""
-    learner, solutions = os.path.realpath(learner), os.path.realpath(solutions)
-    repo = os.path.dirname(os.path.dirname(solutions))  # findings name paths from here
-    protected = tuple(os.path.realpath(p) for p in protected)
+    learners, solutions = [os.path.realpath(p) for p in learners], os.path.realpath(solutions)
+    root = Path(minidp.__file__).resolve().parents[1]
+    protected = [str(root / "minidp"), str(root / "lessons"), str(Path(torch.__file__).parent)]
+    cached = tuple(str(Path(p).parent / "__pycache__" / Path(p).stem) + "." for p in learners)
 
     def refuse(finding: str) -> None:
         note(finding)
         raise Tampering(finding)
 
+    def writes_inside(path) -> bool:  # (an import compiling a module writes __pycache__)
+        return "__pycache__" not in os.fsdecode(path) and any(_inside(path, p) for p in protected)
+
+    def caller() -> str:
+        _busy.on = True
+        try:
+            frame = sys._getframe(2)  # 0: here, 1: the hook, 2: whoever raised the event
+            while frame is not None and Path(frame.f_code.co_filename).name == "inspect.py":
+                frame = frame.f_back
+            return os.path.realpath(frame.f_code.co_filename) if frame is not None else ""
+        finally:
+            _busy.on = False
+
     def hook(event: str, args: tuple) -> None:
-        if getattr(_inside, "on", False):
+        if getattr(_busy, "on", False):
             return
         if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-            path, mode = args[0], str(args[1]) if len(args) > 1 else "r"
-            if _inside_dir(path, solutions) and not _is_learner(path, learner):
-                shown = os.path.relpath(os.fsdecode(path), repo)
-                refuse(f"read {shown}: the reference solutions are not available to code "
-                       "under check")  # fmt: skip
-            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
-            writes = any(c in mode for c in "wax+") or flags & _WRITE_FLAGS
-            if writes and _protected(path, protected):
-                refuse(f"opened {os.fsdecode(path)} for writing: code under check may not "
+            real = os.path.realpath(os.fsdecode(args[0]))
+            if _inside(real, solutions) and real not in learners and not real.startswith(cached):
+                refuse(f"read {os.path.relpath(real, root)}: the reference solutions are not "
+                       "available to code under check")  # fmt: skip
+            mode, flags = str(args[1]) if len(args) > 1 else "r", args[2] if len(args) > 2 else 0
+            writing = any(c in mode for c in "wax+") or (isinstance(flags, int) and flags & (
+                os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC))  # fmt: skip
+            if writing and writes_inside(args[0]):
+                refuse(f"opened {os.fsdecode(args[0])} for writing: code under check may not "
                        "change the package, the lessons or torch")  # fmt: skip
-        elif event in _WRITE_EVENTS and args:
-            if any(_protected(a, protected) for a in args[:2] if isinstance(a, (str, bytes))):
-                refuse(f"{event} on {args[0]}: code under check may not change the package, "
-                       "the lessons or torch")  # fmt: skip
-        elif event in _SPAWN_EVENTS and solutions in repr(args):
-            refuse(f"started a process on lessons/solutions ({event}): the reference "
-                   "solutions are not available to code under check")  # fmt: skip
-        elif event in _FRAME_EVENTS or (
-            event == "object.__getattr__" and len(args) == 2 and args[1] == "tb_frame"
+        elif event in _WRITES and any(
+            writes_inside(a) for a in args[:2] if isinstance(a, (str, bytes))
         ):
-            if _caller_file() == learner:
+            refuse(f"{event} on {args[0]}: code under check may not change the package, the "
+                   "lessons or torch")  # fmt: skip
+        elif event in _SPAWNS and solutions in repr(args):
+            refuse(f"started a process on lessons/solutions ({event}): the reference solutions "
+                   "are not available to code under check")  # fmt: skip
+        elif event in _FRAMES or (event == "object.__getattr__" and args[1:] == ("tb_frame",)):
+            if caller() in learners:
                 what = "tb_frame" if event == "object.__getattr__" else event
-                refuse(f"your file called {what} — it looked into the interpreter's frames "
-                       "or objects: the sandbox holds no answers there, and reading the "
-                       "checker's state counts as tampering")  # fmt: skip
+                refuse(f"your file called {what} — it looked into the interpreter's frames or "
+                       "objects: the sandbox holds no answers there, and reading the checker's "
+                       "state counts as tampering")  # fmt: skip
 
     sys.addaudithook(hook)
 
 
-def protected_dirs() -> tuple[str, ...]:
-    """The package, the lessons (stubs, solutions) and torch: nothing under check writes there."""
-    import torch
+_SEALED = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
+           types.WrapperDescriptorType, types.ModuleType, type, staticmethod, classmethod,
+           property)  # fmt: skip
 
-    import minidp
 
-    root = Path(minidp.__file__).resolve().parents[1]
-    return (str(root / "minidp"), str(root / "lessons"), str(Path(torch.__file__).parent))
+class Seal:
+    """What each name of minidp's modules and classes and torch's core was, and its code."""
+
+    def __init__(self) -> None:
+        spaces = [(n, m) for n, m in list(sys.modules.items()) if n.split(".")[0] == "minidp" and m]
+        spaces += [(f"{n}.{k}", v) for n, m in spaces for k, v in list(vars(m).items())
+                   if isinstance(v, type) and v.__module__ == n]  # fmt: skip
+        spaces += [("torch", torch), ("torch.Tensor", torch.Tensor), ("builtins", builtins),
+                   ("torch.distributed", dist), ("torch.testing", torch.testing)]  # fmt: skip
+        # the objects themselves are held: an identity test cannot meet a reused id
+        self.spaces = [(label, owner, {k: v for k, v in list(vars(owner).items())
+                                       if issubclass(type(v), _SEALED)})
+                       for label, owner in spaces]  # fmt: skip
+        self.code = {id(v): v.__code__ for *_, sealed in self.spaces for v in sealed.values()
+                     if isinstance(v, types.FunctionType)}  # fmt: skip
+
+    def broken(self, when: str) -> str | None:
+        """The finding, if a sealed name was re-pointed (or its code swapped) since."""
+        changed = []
+        for label, owner, sealed in self.spaces:
+            for name, original in list(sealed.items()):
+                value, code = vars(owner).get(name), self.code.get(id(original))
+                if value is original:
+                    if code is not None and value.__code__ is not code:
+                        changed.append(f"{label}.{name}.__code__")
+                elif getattr(value, "__wrapped__", None) is original and label.startswith("torch"):
+                    sealed[name] = value  # torch wraps a few of its own once (torch._dynamo)
+                else:
+                    changed.append(f"{label}.{name}")
+        if not changed:
+            return None
+        more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+        return (f"your file changed the checker's or torch's own code {when}: "
+                f"{', '.join(changed[:5])}{more}. The verdict is computed in another process, "
+                "which such a change cannot reach — and changing the checker counts as "
+                "tampering.")  # fmt: skip

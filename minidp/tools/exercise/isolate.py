@@ -1,209 +1,133 @@
-"""The judge's side of the sandbox: start it, read its answers, then end it and all it started.
+"""The judge's side of a sandbox: start it, read its frames (by length, in order: else it is
+tampering), then kill it and all below the zygote, naming what was left running. One that
+ends early leaves no verdict; no frame for ``deadline + WATCHDOG_S`` seconds: stuck."""
 
-:func:`run_sandbox` has the zygote fork a sandbox (``sandbox.py``) for a list of cases,
-reads its frames from a pipe — each case's answers, as data (``wire.py``) — and then
-kills every process below the zygote: the sandbox, its rank processes, and whatever the
-learner's code started and left running (a ``sleep 300`` in a child, double-forked or
-not), which is named as tampering. Nothing is waited for on a pipe the learner's
-processes might hold: frames are read by length, with a watchdog per case.
-
-What cannot be an answer, and what it becomes:
-
-* the sandbox ends before its last frame — ``os._exit(0)``, a crash, or gloo aborting the
-  process (a rank received a longer message than its buffer): no verdict for the cases
-  left, explained from its stderr (:func:`explain`);
-* a frame that does not parse, comes out of order or is too big: tampering;
-* no frame for ``deadline + WATCHDOG_S`` seconds: the case is stuck.
-
-Exit codes of ``check`` (``__init__.py``): 0 every case passed; 1 a case failed (wrong,
-raised, deadlock, not implemented yet); 2 tampering or no verdict (a file that cannot be
-imported, a sandbox that ended early).
-
-Test: ``pytest tests/test_exercise_guards.py``
-"""
-
-from __future__ import annotations
-
+import contextlib
 import os
-import re
 import signal
 import tempfile
-import time
 from dataclasses import dataclass, field
 
 from minidp.tools.exercise import wire
 from minidp.tools.exercise.zygote import Zygote, ZygoteError
 
-PASS, FAIL, ERROR = 0, 1, 2  # the command's exit codes
 WATCHDOG_S = 15.0  # past the case deadline: the sandbox itself has stopped answering
-START_S = 60.0  # the sandbox's first frame (it imports nothing new: the zygote did)
-
-# (bytes received, bytes of room): gloo's wording in torch >= 2.7, then in older torch
-SIZES = (
-    re.compile(r"(\d+) vs (\d+)\. Received data size"),
-    re.compile(r"preamble\.length <= op\.nbytes\. (\d+) vs (\d+)"),
-)
-SIZE_HINT = (
-    "hint (message sizes differ): the sender and the receiver of each message must agree "
-    "on its size. With numel % world != 0 the chunks differ in length: at every step send "
-    "and receive the *same* chunk index, into a buffer of that chunk's size."
-)
-DTYPE_HINT = (
-    "hint (receive buffer of another dtype?): the message is exactly {ratio}x the buffer — "
-    "the same number of elements of a wider dtype? A receive buffer must have the dtype of "
-    "what is sent: torch.empty_like(chunk), not torch.empty(n) (float32)."
-)
+START_S = 60.0  # the first frame (the sandbox imports nothing new: the zygote did)
 
 
 @dataclass
 class SandboxRun:
-    """What one sandbox answered, and how it ended."""
+    """What one sandbox answered, per file, and how it ended."""
 
-    frames: dict[int, dict] = field(default_factory=dict)  # case index -> its "case" frame
-    load_error: str = ""
-    tamper: list[str] = field(default_factory=list)  # findings, in order, deduplicated
+    frames: dict[int, dict[int, dict]] = field(default_factory=dict)  # file -> case -> frame
+    load_errors: dict[int, str] = field(default_factory=dict)
+    tamper: dict[int, list[str]] = field(default_factory=dict)  # file -> findings, in order
     died: str = ""  # why it ended before its last frame ("" if it did not)
-    died_in: int | None = None  # the case it was running then
+    died_in: tuple[int, int] | None = None  # (file, case) it was running then
     ended: str = ""  # "" (its last frame came), "eof", "stuck" or "malformed"
-    output: str = ""  # what the learner's code printed (stdout and stderr)
+    output: str = ""  # what the code under check printed (stdout and stderr)
 
-    def add_tamper(self, findings) -> None:
+    def add_tamper(self, j: int, findings) -> None:
+        seen = {f for fs in self.tamper.values() for f in fs}
         for f in findings if isinstance(findings, list) else [findings]:
-            if isinstance(f, str) and f not in self.tamper:
-                self.tamper.append(wire.decode(f))
+            if isinstance(f, str) and f not in seen:
+                self.tamper.setdefault(j, []).append(wire.decode(f))
+                seen.add(f)
 
 
-def explain(returncode: int | None, stderr: str) -> str:
-    """Why the sandbox died, for the learner; "" if it exited normally."""
-    if returncode is not None and returncode >= 0 and returncode != 134:
-        return ""
-    sizes = next((m for m in (pattern.search(stderr) for pattern in SIZES) if m), None)
-    if sizes:
-        got, room = (int(v) for v in sizes.groups())
-        ratio = got // room if room and got % room == 0 else 0
-        hint = DTYPE_HINT.format(ratio=ratio) if ratio in (2, 4, 8) else SIZE_HINT
-        return (
-            "ABORTED: gloo stopped the sandbox during this case: a rank received "
-            f"a message of {got} bytes into a receive buffer of {room} bytes.\n{hint}"
-        )
-    tail = "\n".join(stderr.strip().splitlines()[-5:])
-    return f"ABORTED: the sandbox died (code {returncode}) during this case:\n{tail}"
-
-
-def _read(run: SandboxRun, fd: int, n_cases: int, deadline: float) -> str:
-    """Read frames until ``done``; returns "" or what ended the reading ("eof", "stuck")."""
-    expect, current = "hello", None
+def _read(run: SandboxRun, fd: int, files: int, cases: int, deadline: float) -> str:
+    """Read frames until ``done``: "", else what ended the reading ("eof", "stuck", ...)."""
+    last, kind = (-1, -1), None
     while True:
-        timeout = START_S if expect == "hello" else deadline + WATCHDOG_S
+        loaded = len(run.frames) + len(run.load_errors)
         try:
-            raw = wire.read_frame(fd, timeout)
+            raw = wire.read_frame(fd, START_S if not loaded else deadline + WATCHDOG_S)
         except TimeoutError:
-            run.died_in = current
             return "stuck"
         except wire.Malformed as exc:
-            run.add_tamper(f"the sandbox sent a malformed answer ({exc}): something wrote "
-                           "into the checker's pipe")  # fmt: skip
+            run.add_tamper(max(last[0], 0), f"the sandbox sent a malformed answer ({exc}): "
+                           "something wrote into the checker's pipe")  # fmt: skip
             return "malformed"
         if raw is None:
-            run.died_in = current
             return "eof"
-        kind = raw.get("kind") if isinstance(raw, dict) else None
-        if kind == "load_error" and expect == "hello-or-load":
-            run.load_error = wire.decode(raw.get("text", ""))
-            run.add_tamper(raw.get("tamper", []))
-            return ""
-        if kind == "done" and expect in ("start", "hello-or-load"):
-            last = run.frames.get(len(run.frames) - 1, {})
-            if len(run.frames) == n_cases or last.get("status") in ("todo", "stuck"):
+        raw = raw if isinstance(raw, dict) else {}
+        kind, j, i = raw.get("kind"), raw.get("j"), raw.get("i")
+        if not isinstance(j, int) or not isinstance(i, (int, type(None))):
+            j, i = -1, None
+        run.add_tamper(j if j >= 0 else max(last[0], 0), raw.get("tamper", []))
+        if kind == "file" and j == loaded < files:
+            if raw.get("load_error"):
+                run.load_errors[j] = wire.decode(raw["load_error"])
+            else:
+                run.frames[j] = {}
+        elif kind == "case" and j in run.frames and i is not None and last < (j, i) < (j, cases):
+            run.frames[j][i], last = raw, (j, i)
+        elif kind == "done":
+            ends = [fs[max(fs)].get("status") for fs in run.frames.values() if fs]
+            done = [len(fs) == cases or (fs and fs[max(fs)].get("status") == "todo")
+                    for fs in run.frames.values()]  # fmt: skip
+            if loaded == files and (all(done) or "stuck" in ends):  # (it stops at a stuck case)
                 return ""
-            run.add_tamper(f"the sandbox said it was done with {len(run.frames)} of {n_cases} "
-                           "cases answered: something wrote into the checker's pipe")  # fmt: skip
+            answered = sum(len(fs) for fs in run.frames.values())
+            run.add_tamper(max(last[0], 0), f"the sandbox said it was done with {answered} of "
+                           f"{files * cases} cases answered: something wrote into the "
+                           "checker's pipe")  # fmt: skip
             return "malformed"
-        if kind == "hello" and expect == "hello":
-            expect = "hello-or-load"
-            continue
-        if (
-            kind == "start"
-            and expect in ("start", "hello-or-load")
-            and raw.get("i") == len(run.frames)
-        ):
-            current, expect = raw["i"], "case"
-            continue
-        if kind == "case" and expect == "case" and raw.get("i") == current < n_cases:
-            run.frames[current] = raw
-            run.add_tamper(raw.get("tamper", []))
-            current, expect = None, "start"
-            continue
-        run.add_tamper(f"the sandbox sent a frame out of order ({kind!r} where {expect!r} was "
-                       "due): something wrote into the checker's pipe")  # fmt: skip
-        return "malformed"
-
-
-def _end(zyg: Zygote, pid: int, ended: str) -> tuple[int | None, list[str]]:
-    """The sandbox's exit status, then every process below the zygote killed (those the
-    learner left running named)."""
-    status = zyg.status(pid)
-    for _ in range(50):  # its pipe closed as it ended: the exit status follows at once
-        if status is not None or ended != "eof":
+        else:
             break
-        time.sleep(0.02)
-        status = zyg.status(pid)
-    return status, zyg.kill(expected=(pid,))  # the sandbox and all below it
+    run.add_tamper(max(last[0], 0), f"the sandbox sent a frame out of order ({kind!r}): "
+                   "something wrote into the checker's pipe")  # fmt: skip
+    return "malformed"
 
 
-def _kill_session(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)  # the sandbox leads its own session
-    except (ProcessLookupError, PermissionError):
-        pass
+def _running(run: SandboxRun, files: int) -> tuple[int, int] | None:
+    """The (file, case) a sandbox that ended early was running: the first not answered."""
+    for j, fs in run.frames.items() if len(run.frames) + len(run.load_errors) == files else ():
+        if not fs or fs[max(fs)].get("status") not in ("todo", "stuck"):
+            return j, max(fs, default=-1) + 1
+    return None
 
 
-def run_sandbox(zyg: Zygote, name: str, path: str, cases: list, deadline: float) -> SandboxRun:
-    """Run ``cases`` of exercise ``name`` on the file ``path`` in a fresh sandbox."""
-    run = SandboxRun()
-    read_fd, write_fd = os.pipe()
+def run_sandbox(zyg: Zygote, name: str, paths: list[str], cases: list, deadline: float):
+    """Run ``cases`` of exercise ``name`` on each file of ``paths`` in one fresh sandbox."""
+    run, (read_fd, write_fd) = SandboxRun(), os.pipe()
     out = tempfile.TemporaryFile(prefix="minidp-sandbox-")
-    payload = {"name": name, "path": path, "cases": cases, "deadline": deadline}
+    payload = {"name": name, "paths": paths, "cases": cases, "deadline": deadline}
     try:
-        pid = zyg.fork("sandbox", payload, write_fd, out.fileno())
-        os.close(write_fd)
-        write_fd = -1
-        ended = run.ended = _read(run, read_fd, len(cases), deadline)
         try:
-            status, left = _end(zyg, pid, ended)
+            pid = zyg.fork("sandbox", payload, write_fd, out.fileno())
+        finally:
+            os.close(write_fd)
+        run.ended = _read(run, read_fd, len(paths), len(cases), deadline)
+        run.died_in = _running(run, len(paths)) if run.ended in ("eof", "stuck") else None
+        try:
+            status, left = zyg.kill(pid, ended=run.ended == "eof")  # it and all below it
         except ZygoteError:  # the zygote is gone: only code under check could have done it
             status, left = None, []
-            _kill_session(pid)
-            run.add_tamper("the process the check forks from was killed during the check: "
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            run.add_tamper(0, "the process the check forks from was killed during the check: "
                            "code under check signalled the checker's own processes")  # fmt: skip
-        if left and not ended:
-            run.add_tamper(
-                "left processes running after the check: "
-                + "; ".join(left[:3])
-                + (f" and {len(left) - 3} more" if len(left) > 3 else "")
-                + " — code under check must end what it starts (the check killed them)"
-            )
+        if left and not run.ended:
+            more = f" and {len(left) - 3} more" if len(left) > 3 else ""
+            run.add_tamper(max(run.frames, default=0), "left processes running after the "
+                           f"check: {'; '.join(left[:3])}{more} — code under check must end "
+                           "what it starts (the check killed them)")  # fmt: skip
         out.seek(0)
         run.output = out.read().decode(errors="replace")[-20_000:]
-        if ended == "stuck":
-            run.died = (
-                f"the sandbox stopped answering (no answer within {deadline + WATCHDOG_S:g}s) "
-                "— a rank stuck where the case deadline cannot reach it (inside C code, a "
-                "sleep)? The check killed it."
-            )
-        elif ended == "eof":
-            why = explain(status, run.output)
-            if not why:
-                where = "before the first case" if run.died_in is None else "during the case"
-                why = (
-                    f"ERROR: the sandbox ended (exit code {status}) {where} without an answer "
-                    "for every case — the code under check exited (sys.exit / os._exit) or "
-                    "was killed. A check passes only when every case has an answer."
-                )
-            run.died = why
+        if run.ended == "stuck":
+            run.died = (f"the sandbox stopped answering (no answer within {deadline + WATCHDOG_S:g}"
+                        "s) — a rank stuck where the case deadline cannot reach it (inside C "
+                        "code, a sleep)? The check killed it.")  # fmt: skip
+        elif run.ended == "eof":
+            where = "before the first case" if run.died_in is None else "during the case"
+            tail = "\n".join(run.output.strip().splitlines()[-5:])
+            run.died = (f"ABORTED: the sandbox died (code {status}) during this case:\n{tail}"
+                        if status is None or status < 0 or status == 134 else  # a signal
+                f"ERROR: the sandbox ended (exit code {status}) {where} without an answer for "
+                "every case — the code under check exited (sys.exit / os._exit) or was "
+                "killed. A check passes only when every case has an answer.")  # fmt: skip
     finally:
-        for fd in (read_fd, write_fd):
-            if fd >= 0:
-                os.close(fd)
+        os.close(read_fd)
         out.close()
     return run

@@ -1,14 +1,6 @@
-"""The official torch collectives, called on a given group: what the exercises compare with.
-
-A thread rank's group is a bare ``ProcessGroupGloo`` (not registered with
-``torch.distributed``), so the functional API (``dist.all_reduce(t, group=g)``) does not
-accept it; its own methods are exactly what that API calls underneath. In a rank
-process ``group`` is the default group and the same methods apply.
-
-Test: ``pytest tests/test_exercises.py``
-"""
-
-from __future__ import annotations
+"""torch's collectives on a given group, what the exercises compare with: a thread rank's
+``ProcessGroupGloo`` is not registered with ``torch.distributed``, so its methods are called
+(what the functional API calls underneath)."""
 
 import torch
 import torch.distributed as dist
@@ -40,12 +32,8 @@ def broadcast(tensor: torch.Tensor, src: int, group) -> torch.Tensor:
 
 
 def reduce_scatter(inputs: list[torch.Tensor], group) -> torch.Tensor:
-    """``torch.distributed.reduce_scatter`` (sum): ``inputs[rank]`` summed over ranks.
-
-    gloo has reduce_scatter only from torch ~2.8 ("ProcessGroupGloo does not support
-    reduce_scatter" before); there the reference is one gloo all-reduce per input, keeping
-    this rank's — the same sums (gloo's own reduce_scatter is built that way too).
-    """
+    """``torch.distributed.reduce_scatter`` (sum): ``inputs[rank]`` summed over ranks. gloo
+    has one from torch ~2.8; before, one gloo all-reduce per input (the same sums)."""
     out = torch.empty_like(inputs[0])
     try:
         group.reduce_scatter([out], [list(inputs)], dist.ReduceScatterOptions()).wait()

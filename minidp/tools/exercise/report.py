@@ -1,154 +1,140 @@
-"""How a check reads on the terminal: one line per case, then the smallest failing case.
+"""What a check found (an :class:`Outcome` per case, a :class:`Report` per file), as text."""
 
-Test: ``pytest tests/test_exercises.py -k cli``
-"""
-
-from __future__ import annotations
-
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from minidp.tools.exercise.outcome import TAMPERING, Outcome, Report
-from minidp.tools.exercise.spec import describe
+from minidp.tools.exercise.inputs import describe
+from minidp.tools.exercise.slips import TAMPERING, Hint
+from minidp.tools.exercise.spec import Exercise
 
-SHOW = 10  # values shown per tensor
+PASS, FAIL, ERROR = 0, 1, 2  # the command's exit codes: pass, a case failed, no verdict
+VERDICTS = {"pass": "pass", "todo": "not implemented yet", "wrong": "WRONG", "error": "ERROR",
+            "stuck": "STUCK", "tamper": "TAMPERING"}  # fmt: skip
+
+
+@dataclass
+class Outcome:
+    """One case's verdict: "pass", "wrong", "error", "stuck", "todo" or "tamper"."""
+
+    case: dict
+    status: str
+    detail: str = ""  # what happened, a line (error, stuck, tamper: several)
+    results: list[tuple[Any, Any]] | None = None  # per rank (got, expected), if all answered
+    hint: Hint | None = None  # the mistake the checker's own guard named
+    error: str = ""  # "TypeName: message" of the rank that raised
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+@dataclass
+class Report:
+    """Everything a check found for one file."""
+
+    exercise: Exercise
+    path: Path
+    cases: int = 0  # how many cases were asked for
+    outcomes: list[Outcome] = field(default_factory=list)  # every case judged, in order
+    failure: Outcome | None = None  # the case the report shows
+    slips: list[Hint] = field(default_factory=list)  # whose answers equal the learner's
+    load_error: str = ""
+    tamper: list[str] = field(default_factory=list)  # what the sandbox saw the code try
+    died: str = ""  # why the sandbox ended before answering every case
+    output: str = ""  # what the code under check printed
+
+    @property
+    def passed(self) -> bool:
+        failed = self.load_error or self.tamper or self.died or self.failure
+        return not failed and len(self.outcomes) == self.cases > 0
+
+    @property
+    def hint(self) -> Hint | None:
+        """The mistake named: the guard's, else the one slip whose answers matched."""
+        guard = self.failure and self.failure.hint
+        return guard or (self.slips[0] if len(self.slips) == 1 else None)
+
+
+def exit_code(report: Report) -> int:
+    """0 every case passed; 2 tampering or no verdict; 1 a case failed."""
+    no_verdict = report.tamper or report.load_error or report.died
+    return PASS if report.passed else ERROR if no_verdict else FAIL
 
 
 def show(x: Any) -> str:
-    """A short, exact picture of a value: shape, dtype and the first values."""
+    """Shape, dtype and the first values, exactly."""
     if isinstance(x, torch.Tensor):
-        values = x.detach().reshape(-1)[:SHOW].tolist()
-        more = ", ..." if x.numel() > SHOW else ""
-        text = ", ".join(repr(v) for v in values)
-        return f"{tuple(x.shape)} {str(x.dtype).replace('torch.', '')} [{text}{more}]"
-    if isinstance(x, (list, tuple)):
-        return "[" + "; ".join(show(v) for v in x) + "]"
-    return repr(x)
+        head = ", ".join(repr(v) for v in x.detach().reshape(-1)[:10].tolist())
+        return f"{tuple(x.shape)} {str(x.dtype)[6:]} [{head}{', ...' if x.numel() > 10 else ''}]"
+    return "[" + "; ".join(map(show, x)) + "]" if isinstance(x, (list, tuple)) else repr(x)
 
 
-def case_start(i: int, case) -> str:
-    """The start of a case's line, printed before the case runs."""
-    return f"  case {i:>2}  {describe(case):<48} "
+def case_line(i: int, o: Outcome) -> str:
+    first = o.detail.splitlines()[0] if o.detail and o.status != "todo" else ""
+    return f"  case {i:>2}  {describe(o.case):<48} {VERDICTS[o.status]}" + (
+        first and f" — {first}")  # fmt: skip
 
 
-def case_verdict(outcome: Outcome) -> str:
-    """The end of a case's line: pass, or what went wrong in a few words."""
-    verdict = {
-        "pass": "pass",
-        "todo": "not implemented yet",
-        "wrong": "WRONG",
-        "error": "ERROR",
-        "stuck": "STUCK",
-        "tamper": "TAMPERING",
-    }[outcome.status]
-    first = outcome.detail.splitlines()[0] if outcome.detail else ""
-    return verdict + (f" — {first}" if first and outcome.status != "todo" else "")
-
-
-def case_line(i: int, outcome: Outcome) -> str:
-    return case_start(i, outcome.case) + case_verdict(outcome)
-
-
-def failure_text(report: Report) -> str:
-    f = report.failure
+def _hints(report: Report) -> list[str]:
+    h = report.hint
+    if h is not None:
+        source = h.source and f"\n      (your answers equal {h.source}'s)"
+        return [f"hint ({h.name}): {h.text}{source}"]
+    if report.slips:  # (a case that tells them apart is missing: say so)
+        return ["your answers equal those of several known slips:",
+                *[f"hint ({h.name}): {h.text}" for h in report.slips]]  # fmt: skip
     ex = report.exercise
-    if f is None:
-        return f"ERROR: {ex.name}: not every case has an answer — no verdict"
-    if f.status == "todo":
-        return (
-            f"NOT DONE: {ex.name} is not implemented yet — edit {report.path} (keep the "
-            f"signature), then run: python -m minidp exercise check {ex.name}"
-        )
-    head = f"FAIL: smallest failing case: {describe(f.case)}"
-    if report.shrunk_from is not None:
-        head += (
-            f"\n      (shrunk from {describe(report.shrunk_from)} in {report.shrink_tries} tries)"
-        )
-    lines = [head]
-    if f.results:
-        for rank, r in enumerate(f.results):
-            if "input" in r.extra:
-                lines.append(f"  rank {rank} input:    {show(r.extra['input'])}")
-            lines.append(f"  rank {rank} expected: {show(r.expected)}")
-            lines.append(f"  rank {rank} got:      {show(r.got)}")
-        lines.append(f"  first difference: {f.detail}")
-    else:
-        lines += ["  " + line for line in f.detail.splitlines()]
-    if f.mistake is not None and f.status != "tamper":
-        lines.append(f"hint ({f.mistake.name}): {f.mistake.hint}")
-    elif f.status == "wrong":
-        if any("input" in r.extra for r in f.results or []):
-            where = "the inputs are above"
-        else:  # say where they come from rather than point at nothing
-            learn = ex.learn
-            where = (
-                f"each rank's inputs are built from the case above by {learn.__module__}."
-                f"{learn.__name__}(fn, case, rank, world_size, group)"
-            )
-        lines.append(
-            f"hint: no classic mistake recognised; run this case by hand ({where}) and "
-            "compare your result with expected step by step."
-        )
-    return "\n".join(lines)
-
-
-def _earlier(report: Report) -> str:
-    """The failing cases judged before the sandbox ended, with their hints."""
-    lines = []
-    for i, o in enumerate(report.outcomes, 1):
-        if not o.passed:
-            first = o.detail.splitlines()[0] if o.detail else ""
-            lines.append(f"  case {i:>2}  {describe(o.case)}: {o.status.upper()} — {first}")
-            if o.mistake is not None:
-                lines.append(f"           hint ({o.mistake.name}): {o.mistake.hint}")
-    return "Before that, these cases had failed:\n" + "\n".join(lines) if lines else ""
-
-
-def _output_tail(report: Report, n: int = 15) -> str:
-    lines = [line for line in report.output.splitlines() if line.strip()][-n:]
-    return (
-        "what the code under check printed (last lines):\n  " + "\n  ".join(lines) if lines else ""
-    )
+    return [f"hint: none of the known slips ({len(ex.slips)} in lessons/exercises/slips/"
+            f"{ex.name}/) gives these answers. Run this case by hand — each rank's inputs are "
+            f"built from it by {ex.learn.__module__}.{ex.learn.__name__}(fn, case, rank, "
+            "world_size, group) — and compare your result with expected, step by step."
+            ]  # fmt: skip
 
 
 def summary(report: Report) -> str:
-    ex = report.exercise
+    ex, f = report.exercise, report.failure
     if report.tamper:
-        shown = "\n".join(f"  - {t}" for t in report.tamper)
-        return (
-            f"TAMPERING: {ex.name} — the check saw the code under check reach for what "
-            f"decides the verdict (no grade is given):\n{shown}\n"
-            f"hint ({TAMPERING.name}): {TAMPERING.hint}"
-        )
+        seen = "\n".join(f"  - {t}" for t in report.tamper)
+        return (f"TAMPERING: {ex.name} — the check saw the code under check reach for what "
+                f"decides the verdict (no grade is given):\n{seen}\n"
+                f"hint ({TAMPERING.name}): {TAMPERING.text}")  # fmt: skip
     if report.load_error:
         return f"ERROR: {report.load_error}"
     if report.died:
-        parts = [report.died, _earlier(report), _output_tail(report)]
-        return "\n".join(p for p in parts if p)
+        failed = [f"  {case_line(i, o).strip()}"
+                  for i, o in enumerate(report.outcomes, 1) if not o.passed]  # fmt: skip
+        printed = [line for line in report.output.splitlines() if line.strip()][-15:]
+        failed = failed and ["Before that, these cases had failed:", *failed]
+        printed = printed and ["what the code under check printed (last lines):", *printed]
+        return "\n".join([report.died, *failed, *printed])
     if report.passed:
-        n = len(report.outcomes)
-        return f"PASS: {ex.name} — all {n} cases equal to {ex.reference}"
-    return failure_text(report)
+        return f"PASS: {ex.name} — all {len(report.outcomes)} cases equal to {ex.reference}"
+    if f is None:
+        return f"ERROR: {ex.name}: not every case has an answer — no verdict"
+    if f.status == "todo":
+        return (f"NOT DONE: {ex.name} is not implemented yet — edit {report.path} (keep the "
+                f"signature), then run: python -m minidp exercise check {ex.name}")  # fmt: skip
+    lines = [f"FAIL: smallest failing case: {describe(f.case)}"]
+    for rank, (got, expected) in enumerate(f.results or []):
+        lines += [f"  rank {rank} expected: {show(expected)}",
+                  f"  rank {rank} got:      {show(got)}"]  # fmt: skip
+    details = [f"first difference: {f.detail}"] if f.results else f.detail.splitlines()
+    lines += [f"  {line}" for line in details]
+    return "\n".join(lines + (_hints(report) if f.status in ("wrong", "error") else []))
 
 
 def status_word(report: Report) -> str:
-    """One word or phrase for the teacher's score table."""
-    if report.tamper:
-        return "tampering"
-    if report.load_error:
-        return "cannot import" if "no file" not in report.load_error else "missing"
-    if report.died:
-        return (
-            "fail: message sizes differ" if "sizes differ" in report.died else "error: no verdict"
-        )
-    if report.passed:
-        return "pass"
+    """A word or phrase for the teacher's score table."""
     f = report.failure
-    if f is None:
-        return "error: no verdict"
+    if report.tamper or report.load_error or report.died or report.passed or f is None:
+        return ("tampering" if report.tamper else "missing" if "no file" in report.load_error
+                else "cannot import" if report.load_error else "pass" if report.passed
+                else "error: no verdict")  # fmt: skip
     if f.status == "todo":
         return "not implemented yet"
-    if f.mistake is not None:
-        return f"fail: {f.mistake.name}"
+    if report.hint is not None:
+        return f"fail: {report.hint.name}"
     return {"stuck": "fail: deadlock", "error": "fail: raised"}.get(f.status, "fail: wrong")

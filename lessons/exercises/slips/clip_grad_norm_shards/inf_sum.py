@@ -1,0 +1,24 @@
+"""inf-norm summed
+
+The inf-norm is the largest |g| over every rank: all-reduce the local maxima with op="max",
+not "sum".
+"""
+
+import math
+
+import torch
+
+from minidp.comm import all_reduce
+
+
+def clip_grad_norm_shards(shards, max_norm, norm_type, group):
+    flat = torch.cat([g.double().reshape(-1) for g in shards])
+    if norm_type == math.inf:
+        part = flat.abs().max() if flat.numel() else torch.tensor(0.0, dtype=torch.float64)
+        total = float(all_reduce(part.reshape(1), group=group)[0])  # op="sum"
+    else:
+        total = float(all_reduce((flat * flat).sum().reshape(1), group=group)[0]) ** 0.5
+    coef = min(max_norm / (total + 1e-6), 1.0)
+    for g in shards:
+        g.mul_(coef)
+    return total

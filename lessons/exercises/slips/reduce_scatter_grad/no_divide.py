@@ -1,0 +1,21 @@
+"""forgot to divide by the world size
+
+Every piece is world_size times the reference: reduce-scatter SUMS — divide your piece by
+group.size() (the gradient is an average, as in DDP).
+"""
+
+import torch
+
+from minidp.comm import reduce_scatter
+
+
+def reduce_scatter_grad(param: torch.Tensor, group) -> None:
+    """Set ``param.grad_shard`` to this rank's piece of the averaged gradient; free ``.grad``."""
+    world = group.size()
+    flat = param.grad.reshape(-1)
+    k = -(-flat.numel() // world)  # ceil: every piece the same size
+    padded = torch.cat([flat, flat.new_zeros(k * world - flat.numel())])  # (world * k,)
+    shard = torch.empty(k, dtype=flat.dtype)
+    reduce_scatter(shard, list(padded.split(k)), group=group)  # piece r, summed over ranks
+    param.grad_shard = shard  # the sum: forgot to divide by the world size
+    param.grad = None  # the full gradient is gone: ZeRO-2's saving
