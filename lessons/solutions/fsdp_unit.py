@@ -1,6 +1,9 @@
 """Reference solution: pad, all-gather, forward/backward, pad, reduce-scatter, unpad.
-(``minidp.fsdp.unit.FSDPUnit`` does the same for all of a unit's parameters in one flat
-buffer; ``minidp.textbook.fsdp`` shards one flat vector instead.)
+
+Every parameter is cut on dim 0 and padded at the end to ``world`` equal pieces — FSDP2's
+layout (``fully_shard``), and the book's: ``minidp.textbook.fsdp`` cuts every parameter the
+same way (its padding rule is ``minidp.textbook.zero.pieces``), and ``minidp.fsdp``'s units
+keep one such zero-padded piece per parameter, gathering a unit's parameters together.
 
 Check: ``python -m minidp exercise check fsdp_unit --path lessons/solutions/fsdp_unit.py``
 """
