@@ -101,4 +101,4 @@ EXERCISE = Exercise(
            {"world": 3, "steps": 3, "seed": 2}, {"world": 2, "steps": 1, "seed": 3, "spare": 1}),
     draw=lambda rng: {"world": rng.randint(1, 3), "steps": rng.randint(1, 3),
                       "seed": rng.randint(4, 99)},
-    generated=1, prepare=prepare)  # (each case waits LATE_S on purpose)  # fmt: skip
+    generated=1, diagnose=1, prepare=prepare)  # (each case waits LATE_S)  # fmt: skip
