@@ -87,14 +87,16 @@ def test_bit_identical_to_fsdp2_at_three_and_four_ranks(parity, world, name):
 
 
 def test_shards_are_torch_chunks_padded():
-    """Every rank's rows are ``torch.chunk``'s (FSDP2's rule), empty where chunk has none
-    (5 rows on 4 ranks: 2, 2, 1, 0), padded to the first chunk's length."""
+    """Every rank's rows are ``torch.chunk``'s (FSDP2's rule, ZeRO-2's too), empty where
+    chunk has none (5 rows on 4 ranks: 2, 2, 1, 0), padded to the first chunk's length."""
     for dim0 in range(0, 14):
         full = torch.arange(dim0 * 2.0).view(dim0, 2)
         for world in range(1, 6):
             chunks = torch.chunk(full, world) if dim0 else ()
             for rank in range(world):
                 want = chunks[rank] if rank < len(chunks) else full[:0]
+                start, stop = shard.shard_range(dim0, world, rank)
+                assert torch.equal(full[start:stop], want), (dim0, world, rank)
                 assert shard.shard_length(dim0, world, rank) == len(want), (dim0, world, rank)
                 padded = shard.padded_shard(full, world, rank)
                 assert padded.shape[0] == (len(chunks[0]) if chunks else 0)

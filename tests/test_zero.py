@@ -23,7 +23,7 @@ from test_zero_support import OPTIMIZERS, zero1_parity
 
 import minidp
 from minidp.launch import WorkerError, run_threads
-from minidp.zero.partition import partition_parameters, row_range
+from minidp.zero.partition import partition_parameters
 
 WORLD_SIZES = (2, 3, 4)
 
@@ -74,16 +74,6 @@ def test_partition_rule_matches_torch_on_awkward_sizes():
     ]
     assert sum(len(o) for o in owners) == len(flat)
     assert all(g["lr"] == 0.1 for rank_groups in got for g in rank_groups)
-
-
-@pytest.mark.parametrize("rows", [0, 1, 5, 8, 13])
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_row_range_is_torch_chunk(rows, world):
-    chunks = torch.arange(rows).chunk(world) if rows else ()
-    for r in range(world):
-        start, stop = row_range(rows, world, r)
-        expected = chunks[r].tolist() if r < len(chunks) else []
-        assert list(range(start, stop)) == expected
 
 
 # ---- bad input -----------------------------------------------------------------------------

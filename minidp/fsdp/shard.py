@@ -1,14 +1,15 @@
-"""How FSDP cuts a parameter: dim 0 in ``world`` chunks of ``ceil(dim0 / world)`` rows.
+"""How FSDP and ZeRO-2 cut a parameter: dim 0 in ``world`` chunks of ``ceil(dim0 / world)`` rows.
 
 ``torch.chunk``'s rule (FSDP2's), each shard padded to the first chunk's rows so that one
 all-gather of equal pieces rebuilds every parameter (13 rows on 4 ranks: 4, 4, 4, and 1
 + 3 of padding): ``(T,)`` per rank, gathered into ``(world, T)``. Gradients go back by FSDP2's
-``chunk_cat``: row ``r`` = piece ``r`` of every gradient.
+``chunk_cat``: row ``r`` = piece ``r`` of every gradient. The engine's one padding rule:
+ZeRO-2's buckets (``zero/zero2_layout.py``) cut their rows by it too.
 
 ``Shard(d)`` with ``d > 0`` (``shard_placement_fn``; even only, as FSDP2): the ``d`` chunks
 stacked along dim 0 (:func:`to_rows`) are cut by the same dim-0 rule, as FSDP2 does.
 
-Test: ``pytest tests/test_fsdp.py -k shard``
+Test: ``pytest tests/test_fsdp.py tests/test_zero2_train.py -k "torch_chunks or parameters"``
 """
 
 from __future__ import annotations
@@ -30,21 +31,26 @@ def from_rows(t: torch.Tensor, world: int, dim: int) -> torch.Tensor:
 
 def shard_rows(dim0: int, world: int) -> int:
     """Rows every rank's (padded) shard has: the first ``torch.chunk`` chunk's length."""
-    return math.ceil(dim0 / world) if dim0 else 0
+    return -(-dim0 // world)
+
+
+def shard_range(dim0: int, world: int, rank: int) -> tuple[int, int]:
+    """Rows ``[start, stop)`` of the full tensor in ``rank``'s shard (empty past the end)."""
+    rows = shard_rows(dim0, world)
+    return min(rank * rows, dim0), min((rank + 1) * rows, dim0)
 
 
 def shard_length(dim0: int, world: int, rank: int) -> int:
     """Rows of real data in ``rank``'s shard (the rest, up to ``shard_rows``, is padding)."""
-    rows = shard_rows(dim0, world)
-    return max(0, min(rows, dim0 - rank * rows))
+    start, stop = shard_range(dim0, world, rank)
+    return stop - start
 
 
 def padded_shard(full: torch.Tensor, world: int, rank: int) -> torch.Tensor:
     """This rank's chunk of ``full`` along dim 0, zero-padded to ``shard_rows`` rows (a copy)."""
-    rows = shard_rows(full.shape[0], world)
-    length = shard_length(full.shape[0], world, rank)
-    out = full.new_zeros((rows, *full.shape[1:]))  # (rows, *rest) rank-local
-    out[:length].copy_(full[rank * rows : rank * rows + length])
+    start, stop = shard_range(full.shape[0], world, rank)
+    out = full.new_zeros((shard_rows(full.shape[0], world), *full.shape[1:]))  # rank-local
+    out[: stop - start].copy_(full[start:stop])
     return out
 
 

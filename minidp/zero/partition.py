@@ -1,11 +1,10 @@
-"""Who owns what: the two ways ZeRO splits the model across ranks.
+"""Who owns what in ZeRO-1: whole parameters, each on one rank.
 
-* :func:`partition_parameters` — whole parameters (ZeRO-1), torch's rule: group by group,
-  largest ``numel`` first (stable), each to the rank owning the fewest elements so far
-  (lowest on a tie; totals carry across groups). Same owners as torch, so bits compare.
-  It balances roughly (one big embedding can outweigh the rest).
-* :func:`row_range` — a parameter cut on dim 0 (ZeRO-2, FSDP2's rule, ``torch.chunk``):
-  rows ``[r*c, (r+1)*c)`` clipped, ``c = ceil(rows / W)``; balanced to a row per parameter.
+:func:`partition_parameters` is torch's rule: group by group, largest ``numel`` first
+(stable), each to the rank owning the fewest elements so far (lowest on a tie; totals carry
+across groups). Same owners as torch, so bits compare. It balances roughly (one big
+embedding can outweigh the rest). ZeRO-2 cuts each parameter on dim 0 instead, balanced to
+a row per parameter: FSDP2's rule, ``fsdp/shard.py`` (``shard_range``, ``shard_rows``).
 
 Test: ``pytest tests/test_zero.py -k partition``
 """
@@ -15,6 +14,10 @@ from __future__ import annotations
 import copy
 
 import torch
+
+# the old names of FSDP's rule, which tests/test_memory.py still imports from here
+from minidp.fsdp.shard import shard_range as row_range  # noqa: F401
+from minidp.fsdp.shard import shard_rows as rows_per_rank  # noqa: F401
 
 
 def partition_parameters(param_groups: list[dict], world_size: int) -> list[list[dict]]:
@@ -33,14 +36,3 @@ def partition_parameters(param_groups: list[dict], world_size: int) -> list[list
             local["params"] = owned[rank]
             per_rank[rank].append(local)
     return per_rank
-
-
-def rows_per_rank(rows: int, world_size: int) -> int:
-    """Rows in a full shard: ``ceil(rows / W)`` (the last ranks may hold fewer)."""
-    return -(-rows // world_size)
-
-
-def row_range(rows: int, world_size: int, rank: int) -> tuple[int, int]:
-    """Rows ``[start, stop)`` of a dim-0 size ``rows`` that ``rank`` holds (``torch.chunk``)."""
-    c = rows_per_rank(rows, world_size)
-    return min(rank * c, rows), min((rank + 1) * c, rows)

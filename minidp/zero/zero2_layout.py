@@ -1,7 +1,7 @@
 """ZeRO-2's layout: which rows of each parameter a rank owns, and where they sit in a bucket.
 
-* :class:`Piece` — one parameter, cut on dim 0 (``partition.row_range``); each rank's rows
-  start at ``offset`` in that rank's segment, padded to ``ceil(rows/W)`` rows.
+* :class:`Piece` — one parameter, cut on dim 0 by FSDP's rule (``fsdp/shard.py``); each
+  rank's rows start at ``offset`` in that rank's segment, padded to ``ceil(rows/W)`` rows.
 * :class:`Bucket` — the parameters reduce-scattered together, and their buffers.
 
 Any parameter works: 0-d (one row), zero-element (no rows), non-contiguous (slicing dim 0
@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from minidp.zero.partition import row_range, rows_per_rank
+from minidp.fsdp.shard import shard_range, shard_rows
 
 
 def as_rows(t: torch.Tensor) -> torch.Tensor:
@@ -31,8 +31,8 @@ class Piece:
         rows = as_rows(p).shape[0]
         self.param, self.offset = p, offset
         self.row_numel = math.prod(as_rows(p).shape[1:])  # elements per row (0: no elements)
-        self.padded = rows_per_rank(rows, world) * self.row_numel  # elements per rank segment
-        self.ranges = [row_range(rows, world, r) for r in range(world)]
+        self.padded = shard_rows(rows, world) * self.row_numel  # elements per rank segment
+        self.ranges = [shard_range(rows, world, r) for r in range(world)]
         start, stop = self.ranges[rank]
         # this rank's rows: a leaf sharing the parameter's storage, so updates land in place
         self.shard = torch.nn.Parameter(as_rows(p.detach())[start:stop], requires_grad=True)
