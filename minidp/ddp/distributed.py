@@ -265,7 +265,7 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
                 "register_comm_hook: a communication hook is already registered — expected "
                 "at most one per DDP. Hint: combine them into one hook"
             )
-        if self.reducer.expect_hooks and self.reducer.ready:
+        if self.reducer.queue.armed and self.reducer.ready:
             raise RuntimeError("register_comm_hook: cannot change the hook during a backward")
         self.logger.data["comm_hook"] = hook.__qualname__
         self.reducer.comm_hook, self.reducer.comm_state = hook, state

@@ -1,9 +1,12 @@
 """The reducer: gradient-ready hooks fill buckets, full buckets are all-reduced during backward.
 
-    forward                 prepare_for_backward(): every bucket pending, hooks armed
+    forward                 prepare_for_backward(): the queue armed, every bucket pending
     backward, per param     hook: copy grad * (1/world_size) into the bucket's slot
                             bucket full -> launch it (in index order) on the comm thread
-    last bucket launched    finalize: wait for every bucket, write results into .grad
+    last bucket launched    _finish: wait for every bucket, write results into .grad
+
+The hooks, the counting and the in-order launches are ``comm/launch_queue.py``'s; this
+file says what a bucket sends and what its result becomes.
 
 As in torch: scaling while copying is free and gives torch's bits (``sum(g * (1/n))`` is
 not ``sum(g) / n``); buckets launch in index order, as ranks may see gradients ready in
@@ -15,14 +18,11 @@ Test: ``pytest tests/test_ddp.py``; watch it: ``python -m minidp demo ddp``
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from minidp import trace
 from minidp.comm import all_reduce
-from minidp.comm.comm_thread import CommThread
-from minidp.comm.launch_queue import LaunchQueue
+from minidp.comm.launch_queue import CommThread, LaunchQueue
 from minidp.ddp import buckets as bk
 from minidp.ddp.checks import unfinished_reduction_message
 from minidp.ddp.hooks import GradBucket
@@ -46,7 +46,10 @@ class Reducer:
         self.comm_hook = None
         self.comm_state = None
         self.comm = CommThread(group)
-        self.queue = LaunchQueue(self.comm, self._launch, in_order=True)
+        # buckets go strictly in index order; the queue is armed by a synchronized forward
+        self.queue = LaunchQueue(
+            self.comm, counts=self._counts, launch=self._launch, finish=self._finish, in_order=True
+        )
         first, _ = bk.compute_bucket_assignment_by_size(params, caps.initial_limits(find_unused))
         self.assignment = list(reversed(first))  # backward makes the last layers' grads first
         self.buckets: list[bk.Bucket] = []
@@ -55,31 +58,17 @@ class Reducer:
         self.ready_order: list[int] = []  # param indices in gradient-ready order (iter 1)
         self.last_ready_order: list[int] = []  # the same for the last backward (logged)
         self.logger = None  # the DDP's Logger: stamps this iteration's events
-        self.expect_hooks = False  # armed by a synchronized forward
-        self.require_finalize = False  # some gradient was marked, finalize not reached yet
+        self.require_finalize = False  # some gradient was marked, _finish not reached yet
         self.ready: set[int] = set()
         self.unused: list[int] = []
         self.marked_unused = True
         self.local_used = torch.zeros(len(params), dtype=torch.int32)  # (n_params,) rank-local
         self.used_future = None
-        self._handles: list = []
 
     def install(self) -> None:
         """Allocate the buckets and register one post-accumulate-grad hook per parameter."""
         self._set_buckets(self.assignment)
-        me = weakref.ref(self)  # hooks must not keep a dropped DDP alive
-
-        def make_hook(index: int):
-            def hook(param: torch.Tensor) -> None:
-                reducer = me()
-                if reducer is not None:
-                    reducer._on_grad_ready(index)
-
-            return hook
-
-        for i, p in enumerate(self.params):
-            self._handles.append(p.register_post_accumulate_grad_hook(make_hook(i)))
-        weakref.finalize(self, _remove_all, list(self._handles))
+        self.queue.hook(self.params, self._on_grad_ready)  # held weakly: a dropped DDP goes
 
     def _set_buckets(self, assignment: list[list[int]]) -> None:
         self.assignment = assignment
@@ -116,12 +105,11 @@ class Reducer:
 
     def prepare_for_backward(self, output) -> None:
         """Arm the hooks for the coming backward (a synchronized forward just ran)."""
-        self.expect_hooks = True
         self.ready.clear()
         self.last_ready_order = []
         self.logger.stamp("backward_compute_start")
         self.used_future = None
-        self.queue.start([len(b.params) for b in self.buckets], hold=not self.overlap)
+        self.queue.arm(hold=not self.overlap)
         if trace.active:  # which grads go into which bucket
             layout = [
                 {"bucket": b.index, "bytes": b.nbytes, "params": [self.names[i] for i in b.indices]}
@@ -153,7 +141,7 @@ class Reducer:
         param = self.params[index]
         if self.find_unused and param.grad is not None:
             self.local_used[index] = 1  # counts inside no_sync too: used is used
-        if not self.expect_hooks:
+        if not self.queue.armed:
             return  # a backward DDP did not arm: no_sync, or a second backward
         if trace.active:
             trace.instant("grad ready", lane="backward", param=self.names[index], index=index)
@@ -178,12 +166,7 @@ class Reducer:
         self.require_finalize = True
         b, pos = self.locator[index]
         self._copy_in(self.buckets[b], pos)
-        self.queue.ready(b)
-        if self.queue.all_launched:
-            self.logger.stamp("backward_compute_end")
-            if self.find_unused:  # which parameters did any rank use? (the rest keep .grad)
-                self.used_future = self.comm.submit(self._reduce_used, self.local_used.clone())
-            self._finalize()
+        self.queue.ready(b)  # the last bucket launched: _finish
 
     def _copy_in(self, bucket: bk.Bucket, pos: int) -> None:
         param, view = bucket.params[pos], bucket.views[pos]
@@ -202,6 +185,9 @@ class Reducer:
                 # .grad already IS the slot (gradient_as_bucket_view, grads not set to
                 # None): nothing to copy, so torch divides in place — x/n, not x*(1/n).
                 view.div_(self.div_factor)
+
+    def _counts(self) -> list[int]:
+        return [len(b.params) for b in self.buckets]
 
     def _launch(self, b: int):
         """Bucket ``b`` goes (in index order, see ``LaunchQueue``): its all-reduce."""
@@ -240,8 +226,11 @@ class Reducer:
     def _reduce_used(self, used: torch.Tensor) -> torch.Tensor:
         return all_reduce(used, "sum", self.group, self.algorithm)  # (n_params,) int32
 
-    def _finalize(self) -> None:
-        self.expect_hooks = False
+    def _finish(self) -> None:
+        """Every bucket went (the queue, once per backward): wait, write the results back."""
+        self.logger.stamp("backward_compute_end")
+        if self.find_unused:  # which parameters did any rank use? (the rest keep .grad)
+            self.used_future = self.comm.submit(self._reduce_used, self.local_used.clone())
         self.require_finalize = False
         self.div_factor = self.world_size
         with trace.span("wait for buckets", lane="backward"):
@@ -285,8 +274,3 @@ class Reducer:
 def _aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True if ``a`` and ``b`` share storage (torch's ``is_alias_of``)."""
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-def _remove_all(handles: list) -> None:
-    for h in handles:
-        h.remove()

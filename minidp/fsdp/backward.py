@@ -3,7 +3,7 @@
 Backward runs on DDP's engine (``comm/launch_queue.py``): each trainable full parameter's
 post-accumulate-grad hook counts it in; a unit whose gradients are in is freed and
 reduce-scattered while autograd computes on. Which parameters take part in a backward is
-known once autograd computed the last of them (``register_multi_grad_hook``): the others
+known once autograd computed the last of them (the queue's ``watch_end``): the others
 count as ready then, so a unit no gradient reached (a module the forward skipped, a
 non-root unit run on its own) keeps its ``.grad`` as it was, as FSDP2's. A unit without
 trainable parameters is freed when the gradient reaches its inputs. Everything is waited
@@ -14,10 +14,6 @@ Test: ``pytest tests/test_fsdp_moves.py tests/test_fsdp.py``
 
 from __future__ import annotations
 
-import weakref
-
-import torch
-
 from minidp import trace
 
 
@@ -25,37 +21,24 @@ class Backward:
     """Mixed into ``Root`` (it reads the root's fields: units, queue, comm, ...)."""
 
     def _count_grads(self, unit) -> None:
-        """Hook the trainable full parameters, weakly: hooks live in C++, unseen by the cycle
-        collector, so a strong one would keep the model and its thread alive for good."""
+        """Hook the trainable full parameters: each counts for its unit (the queue's hooks)."""
         if not unit.hooks and unit.full:
-            root, owner = weakref.ref(self), weakref.ref(unit)
-            unit.hooks = [
-                p.register_post_accumulate_grad_hook(lambda _: root().grad_ready(owner()))
-                for p, rg in zip(unit.full, unit.requires_grad)
-                if rg
-            ]
+            params = [p for p, rg in zip(unit.full, unit.requires_grad) if rg]
+            keys = [self.units.index(unit)] * len(params)
+            unit.hooks = self.queue.hook(params, self.grad_ready, keys)
 
     def watch_end(self) -> None:
-        """(Re)register the hook that fires once autograd computed every gradient of the
-        trainable full parameters this backward reaches (before the last one is added)."""
-        params = [p for u in self.units for p, rg in zip(u.full, u.requires_grad) if rg]
-        key = tuple(map(id, params))
-        if key == self.end_key:
-            return
-        _remove(self.end_hook)
-        self.end_key = key
-        if params:
-            root = weakref.ref(self)
-            self.end_hook.append(
-                torch.autograd.graph.register_multi_grad_hook(
-                    params, lambda grads: root().end_of_gradients(grads)
-                )
-            )
+        """Watch for the end of the gradients of the trainable full parameters: those this
+        backward does not reach count as ready then."""
+        trainable = [
+            (p, i) for i, u in enumerate(self.units) for p, rg in zip(u.full, u.requires_grad) if rg
+        ]
+        self.queue.watch_end([p for p, _ in trainable], [i for _, i in trainable])
 
     def pre_backward(self, unit) -> None:
         """A gradient reached ``unit``'s output (once per output tensor, so this repeats)."""
-        if not self.armed:
-            self._arm()
+        if not self.queue.armed:
+            self.queue.arm()
         self.backward_started = True
         if unit.unshard_in_backward:
             self.unshard(unit)
@@ -71,40 +54,15 @@ class Backward:
         if i > 0:
             self.prefetch(self.post_order[i - 1])
 
-    def _arm(self) -> None:
-        """A backward starts: every unit waits for its trainable full parameters (a unit
-        never gathered has none yet: it cannot take part)."""
+    def _arm(self) -> list[int]:
+        """A backward starts (the queue asks): every unit waits for its trainable full
+        parameters (a unit never gathered has none yet: it cannot take part)."""
         self.watch_end()
-        self.unreached: set[int] = set()
-        self.queue.start([sum(rg for _, rg in zip(u.full, u.requires_grad)) for u in self.units])
-        self.armed = True
+        return [sum(rg for _, rg in zip(u.full, u.requires_grad)) for u in self.units]
 
-    def grad_ready(self, unit) -> None:
-        if not self.armed:
-            self._arm()
+    def grad_ready(self, i: int) -> None:
         self.backward_started = True
-        self.queue.ready(self.index[id(unit)])
-        if self.queue.all_launched:
-            self._finish_backward()
-
-    def end_of_gradients(self, grads: list) -> None:
-        """Autograd computed the last gradient this backward has: the trainable parameters
-        that got none count as ready now (their unit is reduced without them)."""
-        if not self.armed:
-            self._arm()
-        k = 0
-        for i, u in enumerate(self.units):
-            missing = []
-            for _, rg in zip(u.full, u.requires_grad):
-                if rg:
-                    missing.append(grads[k] is None)
-                    k += 1
-            if missing and all(missing):  # not reached: not reduced, even gradients kept
-                self.unreached.add(i)  # from a backward without sync (FSDP2 waits too)
-            for _ in range(sum(missing)):
-                self.queue.ready(i)
-        if self.queue.all_launched:  # (no unit waits for the last gradient's own hook)
-            self._finish_backward()
+        self.queue.ready(i)  # the first arms; the last launch finishes
 
     def frozen_backward_done(self, unit) -> None:
         """The backward through a unit without trainable parameters is done: free it."""
@@ -114,8 +72,8 @@ class Backward:
     def _launch(self, i: int):
         """Unit ``i``'s gradients are in: free it if it can go; the reduce-scatter, or None."""
         unit = self.units[i]
-        if not any(unit.requires_grad) or i in self.unreached:
-            return None  # all frozen, or this backward did not reach it: nothing to do
+        if not self.queue.arrived[i]:  # all frozen, or this backward did not reach it: not
+            return None  # reduced, even gradients kept from a backward without sync (FSDP2)
         self._span("backward", unit)
         grads = unit.take_grads() if unit.reduce_grads else unit.keep_grads()
         # autograd may still read a frozen parameter: such a unit stays gathered till the end
@@ -140,7 +98,7 @@ class Backward:
             if u.is_unsharded and u.reshard_after_backward:
                 u.free()
             u.to_run.clear()  # a group's module the forward skipped: its pass is over
-        self.armed = self.backward_started = False
+        self.backward_started = False
         self.in_backward.clear()
 
     def reset_iter_state(self) -> None:
@@ -156,10 +114,5 @@ class Backward:
             u.partial, u.kept_gathered = None, False
             u.kept = [None] * len(u.kept)
         self.order, self.post_order = [], []
-        self.armed = self.backward_started = False
+        self.queue.armed = self.backward_started = False
         self.in_backward.clear()
-
-
-def _remove(handles: list) -> None:
-    while handles:
-        handles.pop().remove()

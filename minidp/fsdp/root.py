@@ -6,21 +6,19 @@ order (a group without send/recv: run here, ``collectives.Inline``), and prefetc
 last step's order: at unit i's forward the next unit's all-gather, at its backward the
 previous one's. The backward half: ``backward.py``.
 
-Test: ``pytest tests/test_fsdp.py tests/test_fsdp_partial.py``
+Test: ``pytest tests/test_fsdp.py tests/test_fsdp_moves.py``
 """
 
 from __future__ import annotations
 
-import weakref
 from concurrent.futures import Future
 
 import torch
 
 from minidp import trace
 from minidp.comm import Traffic, count_traffic
-from minidp.comm.comm_thread import CommThread
-from minidp.comm.launch_queue import LaunchQueue
-from minidp.fsdp.backward import Backward, _remove
+from minidp.comm.launch_queue import CommThread, LaunchQueue
+from minidp.fsdp.backward import Backward
 from minidp.fsdp.collectives import Inline, has_send_recv
 from minidp.fsdp.unit import unit_of
 
@@ -74,18 +72,19 @@ class Root(Backward):
         self.last_order: list = []  # the previous step's order (for forward prefetch)
         self.post_order: list = []  # units in the order their forward ended (root last)
         self.gathers: dict[int, Future] = {}  # id(unit) -> all-gather in flight
-        self.queue = LaunchQueue(self.comm, self._launch, in_order=False)  # each unit when ready
-        self.index = {id(u): i for i, u in enumerate(units)}  # unit -> its group in the queue
-        self.armed = False  # a backward's counts are set (until it finishes)
-        self.unreached: set[int] = set()  # units this backward gave no gradient
+        # each unit as its gradients are in; armed from a backward's first hook to its end
+        self.queue = LaunchQueue(
+            self.comm,
+            counts=self._arm,
+            launch=self._launch,
+            finish=self._finish_backward,
+            in_order=False,
+        )
         self.backward_started = False
         self.in_backward: set[int] = set()  # id(unit) of units this backward has reached
         self.started: dict[tuple[str, int], float] = {}  # (phase, id(unit)) -> trace time
         self.traffic = Traffic()  # bytes this rank moved, all steps (counted on the comm thread)
         self.peak_gathered = 0  # most bytes of full parameters held at once, this step
-        self.end_hook: list = []  # the multi-grad hook over every trainable full parameter
-        self.end_key: tuple = ()
-        weakref.finalize(self, _remove, self.end_hook)  # hooks live in C++: drop them with us
         for u in units:
             u.root = self
             u.is_root = u is unit
@@ -202,6 +201,6 @@ class Root(Backward):
         if self.order:
             self.last_order = self.order
         self.order, self.post_order = [], []
-        self.armed = self.backward_started = False  # a backward that never ended: forgotten
+        self.queue.armed = self.backward_started = False  # a backward that never ended: forgotten
         self.in_backward.clear()
         self.peak_gathered = 0

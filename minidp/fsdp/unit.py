@@ -154,9 +154,8 @@ class FSDPUnit(Grads):
             if self.padded[0].device.type != "cpu" or not self.offload:
                 self.device = self.padded[0].device
             self._set_dtypes()
-            for h in self.hooks:
-                h.remove()
-            self.full, self.full_local, self.hooks = [], [], []
+            self.unhook()
+            self.full, self.full_local = [], []
 
     def follow_requires_grad(self) -> bool:
         """Adopt ``requires_grad_()`` calls on what the module holds (the shards, or the full
@@ -171,10 +170,14 @@ class FSDPUnit(Grads):
         for p, rg in zip(self.full, now):
             p.requires_grad_(rg)
             p.grad = None
-        for h in self.hooks:
-            h.remove()
-        self.hooks = []
+        self.unhook()
         return True
+
+    def unhook(self) -> None:
+        """Remove the gradient hooks of the full parameters (the root's queue holds them)."""
+        if self.hooks:
+            self.root.queue.remove(self.hooks)
+            self.hooks = []
 
     # ---- collectives (run on the communication thread) ---------------------------------
     def flat_shards(self, dtype: torch.dtype) -> torch.Tensor:

@@ -7,7 +7,7 @@ Use it *instead of* DDP (it does the gradient reduction itself)::
     opt.step()                      # step my rows of every parameter, then all-gather them
 
 Each of ``W`` ranks holds the whole parameters but ``1/W`` of the gradients and of the
-optimizer state. Parameters are cut on dim 0 (``partition.row_range``: FSDP2's rule), so
+optimizer state. Parameters are cut on dim 0 (``fsdp/shard.py``: FSDP2's rule), so
 a bucket splits into the equal pieces a reduce-scatter needs. A post-accumulate-grad hook
 writes each gradient, divided by ``W`` as in DDP, into its bucket's send buffer (rank by
 rank, padded to ``ceil(rows/W)`` rows) and frees ``.grad``; a complete bucket is
@@ -47,8 +47,7 @@ import torch
 from minidp.comm import broadcast, reduce_scatter_tensor
 from minidp.comm import group as groups
 from minidp.comm.collectives import all_gather_into_tensor
-from minidp.comm.comm_thread import CommThread
-from minidp.comm.launch_queue import LaunchQueue
+from minidp.comm.launch_queue import CommThread, LaunchQueue
 from minidp.ddp.buckets import MB, compute_bucket_assignment_by_size
 from minidp.fsdp import dtensor
 from minidp.zero import checks, state, zero2_checks, zero2_hooks
@@ -109,13 +108,19 @@ class Zero2Optimizer(torch.optim.Optimizer):
         ]
         self._where = {id(piece.param): (b, piece) for b in self.buckets for piece in b.pieces}
         self._index = {id(b): i for i, b in enumerate(self.buckets)}
-        # buckets go strictly in index order on the communication thread, as DDP's
-        self.queue = LaunchQueue(CommThread(g), self._launch, in_order=True)
-        self._open = False  # a backward is under way: some bucket not launched yet
+        # buckets go in index order, as DDP's; armed from a backward's first gradient to its end
+        self.queue = LaunchQueue(
+            CommThread(g),
+            counts=self._counts,
+            launch=self._launch,
+            finish=self._finish,
+            in_order=True,
+        )
         self._sync = True  # False inside no_sync(): gradients stay full and local
         self._local: set[int] = set()  # parameters whose .grad is a kept local gradient
         # held weakly: dropping the optimizer frees it, its hooks and its claim
-        self._hooks = zero2_hooks.attach(self, self.params, self._on_grad)
+        self.queue.hook(self.params, self._on_grad)
+        zero2_hooks.attach(self, self.queue, self.params)
         local_groups = []  # one local group per group: this rank's rows of its trainable ones
         for pg in self.param_groups:
             entry = {k: v for k, v in pg.items() if k != "params"}
@@ -142,16 +147,14 @@ class Zero2Optimizer(torch.optim.Optimizer):
         super().add_param_group(param_group)
 
     # -- backward -------------------------------------------------------------------------
-    def _on_grad(self, p: torch.Tensor) -> None:
+    def _on_grad(self, k: int) -> None:
+        p = self.params[k]
         if p.grad.layout != torch.strided:
             checks.check_dense_grads(WHO, [p])
         if not self._sync:  # inside no_sync(): the full gradient stays; autograd adds the next
             self._local.add(id(p))
             return
         self._local.discard(id(p))
-        if not self._open:  # the first gradient of a backward: every bucket waits again
-            self._open = True
-            self.queue.start([sum(pc.param.requires_grad for pc in b.pieces) for b in self.buckets])
         bucket, piece = self._where[id(p)]
         if id(p) in bucket.seen:
             raise RuntimeError(
@@ -180,9 +183,10 @@ class Zero2Optimizer(torch.optim.Optimizer):
             else None
         )
         bucket.seen.add(id(p))
-        self.queue.ready(self._index[id(bucket)])
-        if self.queue.all_launched:
-            self._finish()
+        self.queue.ready(self._index[id(bucket)])  # the first arms, the last finishes
+
+    def _counts(self) -> list[int]:
+        return [sum(pc.param.requires_grad for pc in b.pieces) for b in self.buckets]
 
     def _launch(self, i: int):
         """Bucket ``i`` is complete (and every earlier one has gone): its reduce-scatter,
@@ -200,7 +204,6 @@ class Zero2Optimizer(torch.optim.Optimizer):
     def _finish(self) -> None:
         """Wait for every launched reduce-scatter; add what a second backward reduced. (A
         bucket that never went keeps its gradients in flight: ``step`` names it.)"""
-        self._open = False
         results = self.queue.wait()
         for bucket, future, out in zip(self.buckets, self.queue.futures, results):
             if future is None:
@@ -219,8 +222,8 @@ class Zero2Optimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self._open:  # a backward that did not reach every bucket: what went, lands
-            self._finish()
+        if self.queue.armed:  # a backward that did not reach every bucket: what went, lands
+            self.queue.close()
         zero2_checks.check_ready(self, WHO)
         zero2_checks.check_storage(self, WHO)
         for b in self.buckets:
@@ -253,8 +256,8 @@ class Zero2Optimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradient shards: the next backward overwrites instead of adding."""
-        if self._open:  # a half-done backward: let what went finish, then drop it all
-            self._finish()
+        if self.queue.armed:  # a half-done backward: let what went finish, then drop it all
+            self.queue.close()
         for p in self.params:
             if set_to_none or not isinstance(p.grad, dtensor.DTensor):
                 p.grad = None  # a full gradient kept by no_sync() too
@@ -288,8 +291,7 @@ class Zero2Optimizer(torch.optim.Optimizer):
 
     def remove_hooks(self) -> None:
         """Detach from the parameters: no more reduce-scatters; another optimizer may hook them."""
-        zero2_hooks.detach(self, self.params, self._hooks)
-        self._hooks = []
+        zero2_hooks.detach(self, self.queue, self.params)
 
     # -- checkpoints (state.py) ----------------------------------------------------
     def consolidate_state_dict(self, to: int = 0) -> None:

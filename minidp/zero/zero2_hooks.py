@@ -1,9 +1,9 @@
-"""ZeRO-2's gradient hooks, and who owns them: one ``Zero2Optimizer`` per parameter.
+"""Who owns ZeRO-2's parameters: one ``Zero2Optimizer`` per parameter.
 
-* :func:`attach` — a post-accumulate-grad hook per parameter that holds the optimizer
-  *weakly* (else parameter -> hook -> optimizer -> parameter keeps a dropped optimizer
-  alive): collecting it, or ``remove_hooks()``, removes its hooks and its claim. A
-  pre-hook clears the DTensor ``.grad`` a freed gradient left before the next accumulates.
+* :func:`attach` — claims the parameters for the optimizer (weakly: collecting it, or
+  ``remove_hooks()``, ends the claim); beside its queue's gradient hooks
+  (``comm/launch_queue.py``), a pre-hook clears the DTensor ``.grad`` a freed gradient left
+  before the next accumulates.
 * :func:`check_unclaimed` — a second optimizer on the same parameters is refused, naming
   the first (the second would find ``.grad`` already freed).
 
@@ -14,61 +14,40 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from minidp.comm.launch_queue import LaunchQueue
 from minidp.fsdp.dtensor import DTensor
 
 # parameter -> weakref(its optimizer): weak both ways, or this process-wide table keeps both
 _OWNERS = WeakTensorKeyDictionary()
 
 
-def attach(owner: object, params: list[torch.Tensor], on_grad: Callable) -> list:
-    """Hook ``on_grad`` (a method of ``owner``) to every parameter; claim them for ``owner``."""
-    method = weakref.WeakMethod(on_grad)
-
-    def hook(p: torch.Tensor) -> None:
-        live = method()
-        if live is not None:
-            live(p)
-
-    handles = [p.register_post_accumulate_grad_hook(hook) for p in params]
-    handles += [p.register_hook(_clearing(weakref.ref(p))) for p in params]
-    weakref.finalize(owner, _remove_all, list(handles))
+def attach(owner: object, queue: LaunchQueue, params: list[torch.Tensor]) -> None:
+    """Claim ``params`` for ``owner``; before a gradient accumulates, clear a freed one (the
+    hooks go with ``queue``; each holds its parameter weakly: no cycle through it)."""
+    queue.keep([p.register_hook(partial(_clear_stand_in, weakref.ref(p))) for p in params])
     for p in params:
         _OWNERS[p] = weakref.ref(owner)
-    return handles
 
 
-def _clearing(param: weakref.ref) -> Callable:
-    def pre_hook(grad: torch.Tensor) -> None:  # the parameter weakly: no cycle through it
-        p = param()
-        if p is not None:
-            clear_stand_in(p)
-
-    return pre_hook
-
-
-def detach(owner: object, params: list[torch.Tensor], handles: list) -> None:
+def detach(owner: object, queue: LaunchQueue, params: list[torch.Tensor]) -> None:
     """Remove ``owner``'s hooks and give up its claim, so another optimizer may take over."""
-    _remove_all(handles)
+    queue.remove()
     for p in params:
-        clear_stand_in(p)  # nothing is left to clear it before another optimizer's backward
+        _clear_stand_in(weakref.ref(p))  # nothing left to clear it before another's backward
         if (ref := _OWNERS.get(p)) is not None and ref() is owner:
             del _OWNERS[p]
 
 
-def clear_stand_in(p: torch.Tensor) -> None:
+def _clear_stand_in(param: weakref.ref, grad: torch.Tensor | None = None) -> None:
     """Before autograd accumulates a new gradient: a freed one is not a gradient to add to."""
-    if isinstance(p.grad, DTensor):
+    p = param()
+    if p is not None and isinstance(p.grad, DTensor):
         p.grad = None
-
-
-def _remove_all(handles: list) -> None:
-    for h in handles:
-        h.remove()
 
 
 def _owner(p: torch.Tensor) -> object | None:
