@@ -9,7 +9,7 @@ one passed, else one over the unit's groups (``from_group``; a group wrapped by
 ``minidp.trace.tap`` is described by the torch group it wraps); a thread world has none
 (``PLAIN_SHARDS``).
 
-Test: ``pytest tests/test_fsdp_dtensor.py tests/test_fsdp_tp.py``
+Test: ``pytest tests/test_fsdp_dtensor.py tests/test_fsdp_moves.py``
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ that did not run, a frozen branch: FSDP2 leaves their ``.grad`` as it is, ``None
 first). ``set_requires_gradient_sync(False)`` keeps them unsharded instead (``keep_grads``);
 ``set_all_reduce_hook`` runs a user's hook on the reduced rows, before FSDP2's last divide.
 
-Test: ``pytest tests/test_fsdp.py tests/test_fsdp_partial.py``
+Test: ``pytest tests/test_fsdp.py tests/test_fsdp_moves.py``
 """
 
 from __future__ import annotations

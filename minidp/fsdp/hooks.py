@@ -7,7 +7,7 @@ and then ``model.head(chunk)`` per chunk, each call a pass of its own. Each modu
 its floating-point inputs to ``param_dtype`` (``cast_forward_inputs``) and its outputs to
 ``output_dtype``; the root moves the inputs to its device first (a GPU; the CPU: as is).
 
-Test: ``pytest tests/test_fsdp_partial.py``
+Test: ``pytest tests/test_fsdp_moves.py``
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ this pass (``_modules_to_run_forward``). minidp's ``FSDPUnit`` holds the same fa
 view answers under FSDP2's names. FSDP2's CUDA machinery (streams, events, its collective
 context) has no minidp counterpart and is not here.
 
-Test: ``pytest tests/test_fsdp_introspect.py``
+Test: ``pytest tests/test_fsdp_moves.py``
 """
 
 from __future__ import annotations

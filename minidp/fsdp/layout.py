@@ -8,7 +8,7 @@ first (torch's ``_StridedShard`` where TP cuts the same dim, the only way DTenso
 "FSDP's rows of TP's rows"), and the unsharded parameter is the TP DTensor again — FSDP2's
 layout. The refusals are FSDP2's (same exception classes, same words, then a hint).
 
-Test: ``pytest tests/test_fsdp_placement.py tests/test_fsdp_tp.py``
+Test: ``pytest tests/test_fsdp_moves.py``
 """
 
 from __future__ import annotations
