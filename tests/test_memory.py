@@ -35,6 +35,8 @@ import pytest
 import torch
 from test_zero_support import TinyLM, Wide, memory_by_stage
 
+from minidp.fsdp.shard import shard_range as row_range
+from minidp.fsdp.shard import shard_rows as rows_per_rank
 from minidp.launch import run_threads
 from minidp.tools.planner import plan, plan_cli
 from minidp.tools.planner.activations import layer_bytes, logits_bytes, stack_bytes
@@ -42,7 +44,7 @@ from minidp.tools.planner.memory import expected, measure
 from minidp.tools.planner.stages import step_and_measure, step_traffic, train_step
 from minidp.tools.planner.units import DTYPES as UNIT_DTYPES
 from minidp.tools.planner.units import units
-from minidp.zero.partition import partition_parameters, row_range, rows_per_rank
+from minidp.zero.partition import partition_parameters
 
 STAGES = ["ddp", "zero1", "zero2"]
 

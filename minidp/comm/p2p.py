@@ -26,7 +26,7 @@ _local = threading.local()  # per-thread: name of the collective running now, ch
 # data tags < CHANNEL_SPAN; header tags (2**30) lie above all 32 channels (gloo: < 2**31)
 CHANNEL_SPAN = 1 << 25
 MAX_CHANNELS = 32
-DDP_CHANNEL = 1  # the communication thread's collectives (minidp.comm.comm_thread)
+DDP_CHANNEL = 1  # the communication thread's collectives (CommThread, minidp.comm.launch_queue)
 
 
 @contextlib.contextmanager

@@ -15,10 +15,6 @@ import copy
 
 import torch
 
-# the old names of FSDP's rule, which tests/test_memory.py still imports from here
-from minidp.fsdp.shard import shard_range as row_range  # noqa: F401
-from minidp.fsdp.shard import shard_rows as rows_per_rank  # noqa: F401
-
 
 def partition_parameters(param_groups: list[dict], world_size: int) -> list[list[dict]]:
     """Split ``param_groups`` into one list of groups per rank (torch's sorted-greedy rule):
