@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from minidp.tools.classroom import Options, build_html, record, write_page
-from minidp.tools.classroom.rec_link import fit
-from minidp.tools.classroom.scenes import recognised
+from minidp.tools.classroom.page import recognised
+from minidp.tools.recorder.ring import fit
 
 OPTIONS = Options(world_size=4, numel=8, devices=2, batch=4, width=16)
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
@@ -199,9 +199,10 @@ def test_fsdp_shards_are_the_ranks_own_bytes(recorded):
     # a sharded parameter is a DTensor: its nbytes is the global tensor's; a rank holds its
     # to_local() rows. The scene's number equals the memory scene's (measured storages) and
     # is the model's bytes / W (the MLP's rows split evenly at width 16 on 2 ranks)
-    from minidp.tools.classroom.rec_fsdp import mlp
+    from minidp.tools.recorder import mlp
 
-    total = sum(p.nbytes for p in mlp(OPTIONS.width).parameters())  # plain: the whole model
+    w = OPTIONS.width
+    total = sum(p.nbytes for p in mlp(w, w, w, w, 4).parameters())  # plain: the whole model
     start = [e for e in named(recorded, "memory") if e["args"]["point"] == "step start"]
     fsdp_params = {e["pid"]: e["args"]["params"] for e in start if e["args"]["stage"] == "fsdp"}
     for e in named(recorded, "fsdp shards"):
@@ -210,13 +211,11 @@ def test_fsdp_shards_are_the_ranks_own_bytes(recorded):
 
 def test_every_size_a_recorder_reads_says_which():
     # the check tests/test_local_sizes.py runs on the lessons, planner and book, on the
-    # classroom's recorders: a size read on a parameter or gradient says local or global
+    # recorder: a size read on a parameter or gradient says local or global
     from test_local_sizes import unsaid_size_reads
 
-    recorders = sorted(
-        (Path(__file__).resolve().parents[1] / "minidp/tools/classroom").glob("rec_*.py")
-    )
-    assert len(recorders) == 7
+    recorders = sorted((Path(__file__).resolve().parents[1] / "minidp/tools/recorder").glob("*.py"))
+    assert len(recorders) == 6
     for path in recorders:
         assert unsaid_size_reads(path.read_text(), path.name) == []
     mutant = (

@@ -18,8 +18,7 @@ import pytest
 
 from minidp.tools.classroom import build_html, load_trace, write_page
 from minidp.tools.classroom.cli import main as cli_main
-from minidp.tools.classroom.page import check_trace, trace_notes
-from minidp.tools.classroom.scenes import SCENES
+from minidp.tools.classroom.page import SCENES, check_trace, trace_notes
 
 
 def small(extra: list | None = None) -> dict:

@@ -14,13 +14,15 @@ import torch
 
 from minidp.comm import agree
 from minidp.tools.demo import ring
+from minidp.tools.demo.ring_view import ALL_GATHER, REDUCE_SCATTER
+from minidp.tools.recorder import ring as recorder
 
 
 def test_record_ring_replays_the_real_run():
     run = ring.record_ring(4, 12)
     assert run.equal
     assert len(run.steps) == 6
-    assert [s.phase for s in run.steps] == [ring.REDUCE_SCATTER] * 3 + [ring.ALL_GATHER] * 3
+    assert [s.phase for s in run.steps] == [REDUCE_SCATTER] * 3 + [ALL_GATHER] * 3
     total = sum(run.inputs)
     assert torch.equal(torch.cat(run.steps[-1].after[0]), total)
     # after reduce-scatter, exactly one chunk per rank is final, a different one on each rank
@@ -46,10 +48,11 @@ def test_the_book_s_ring_sends_only_chunks_and_the_engine_s_header_is_named(worl
 
 
 def test_the_demo_runs_the_book_s_ring():
-    """The page the learner reads, not a copy of it: the demo's ring is the book's function."""
+    """The page the learner reads, not a copy of it: the recorder's ring (which the demo, the
+    classroom and ring_steps.png show) is the book's function."""
     from minidp.textbook import collectives
 
-    assert ring.ring_all_reduce is collectives.ring_all_reduce
+    assert recorder.ring_all_reduce is collectives.ring_all_reduce
 
 
 @pytest.mark.parametrize("world,numel", [(2, 2), (3, 7), (5, 11)])
@@ -70,10 +73,10 @@ def test_cli_output_and_check(capsys):
 
 @pytest.mark.parametrize("world,numel", [(4, 8), (4, 12), (3, 64), (6, 99), (7, 30)])
 def test_inputs_never_repeat_and_digit_groups_name_the_ranks(world, numel):
-    inputs = ring.readable_inputs(world, numel)
+    inputs = recorder.readable_inputs(world, numel)
     values = torch.cat(inputs)
     assert len(values.unique()) == world * numel  # no chunk repeats another (--numel 12 did)
-    d = ring.digits_per_rank(world, numel)
+    d = recorder.digits_per_rank(world, numel)
     if d:  # element i's total reads i+1 in every d-digit group: every rank contributed
         total = sum(inputs).tolist()
         assert [str(v) for v in total] == [

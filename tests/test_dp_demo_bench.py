@@ -27,14 +27,17 @@ def test_demo_runs_and_ends_with_passing_parity_checks(capsys):
 
 
 def test_demo_records_the_update_and_the_fresh_replicas():
+    from minidp.tools.recorder.dp import dp_events
+
     model, x, y = demo_dp.make_model_and_data(6)
     devices = [torch.device("cpu")] * 2
-    step = demo_dp.record_step(model, x, y, devices)
+    dp_events(model, x, y, devices)  # the recorded step leaves the summed gradients in .grad
     before = [prm.detach().clone() for prm in model.parameters()]
-    update = demo_dp.record_update(model, devices, len(step.rows), lr=0.5)
+    grads = [prm.grad.clone() for prm in model.parameters()]
+    update = demo_dp.record_update(model, devices, 2, lr=0.5)
     # the same SGD step done by torch on a copy of the pre-step weights and the DP gradients
     twin = [b.clone().requires_grad_() for b in before]
-    for t, g in zip(twin, step.grads):
+    for t, g in zip(twin, grads):
         t.grad = g
     torch.optim.SGD(twin, lr=0.5).step()
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin))

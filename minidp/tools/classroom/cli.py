@@ -7,10 +7,8 @@
     python -m minidp classroom --screenshots diagrams  # also diagrams/classroom_<scene>.png
     python -m minidp classroom --only hsdp --hsdp-mesh 2x2  # one scene (HSDP: 4 processes)
 
-The page is one file (JS, CSS and the trace inline): it opens from ``file://`` offline.
-Serving uses Python's ``http.server`` on 127.0.0.1 only, until Ctrl-C. A bad input (a
-trace that is not one, an ``--out`` or ``--save-trace`` path that cannot be written) is
-one line on stderr and exit status 2, never a traceback.
+The page opens from ``file://`` offline; serving is ``http.server`` on 127.0.0.1, until
+Ctrl-C. A bad input is one line on stderr and exit status 2, never a traceback.
 
 Test: ``pytest tests/test_classroom.py tests/test_classroom_inputs.py``;
 serving: ``pytest tests/test_classroom_serve.py``
@@ -25,9 +23,8 @@ import json
 import sys
 from pathlib import Path
 
-from minidp.tools.classroom.page import load_trace, trace_notes, write_page
+from minidp.tools.classroom.page import load_trace, recognised, trace_notes, write_page
 from minidp.tools.classroom.record import SCENE_ORDER, Options, record
-from minidp.tools.classroom.scenes import recognised
 
 NOT_RECOGNISED = (
     "classroom: none of the classroom's scenes are in this trace: the page opens on its "

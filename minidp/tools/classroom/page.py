@@ -4,13 +4,12 @@
     write_page(trace_dict, "out")          # -> out/index.html (opens from file:// offline)
 
 The template's markers are replaced, in one pass, by the CSS, the JavaScript files (in
-order) and four JSON blocks: ``<script type="application/json" id="trace">`` holds the
-Chrome trace as given, ``id="scenes"`` the scenes' texts, ``id="lessons"`` the source of
-each scene's lesson (so its link opens from ``file://`` and when served alike),
-``id="library"`` the tables of ``minidp.tools.planner.plan`` the what-if panel uses. No CDN, no
-fetch: the page works on a projector without a network. A trace's own text can never end
-its ``<script>`` early (every ``<`` is written ``\\u003c``) nor be mistaken for a marker
-(the template is scanned once, not what was put into it).
+order) and four JSON blocks: the Chrome trace as given (``id="trace"``), the scenes' texts
+(``assets/scenes.json``), each scene's lesson source (its link opens from ``file://``), and
+the planner's tables the what-if panel uses. No CDN, no fetch: the page works on a
+projector without a network. A trace's own text can never end its ``<script>`` early
+(every ``<`` is written ``\u003c``) nor be mistaken for a marker (the template is scanned
+once, not what was put into it).
 
 Test: ``pytest tests/test_classroom.py tests/test_classroom_inputs.py``
 """
@@ -22,9 +21,13 @@ import math
 import re
 from pathlib import Path
 
-from minidp.tools.classroom.scenes import SCENES
-
 ASSETS = Path(__file__).parent / "assets"
+# Each scene's title, text, lesson, and what its recording's ranks are (processes, threads:
+# what a timeline can show is said beside it): the page's own text, with its assets.
+SCENES = json.loads((ASSETS / "scenes.json").read_text(encoding="utf-8"))
+# An event name that only a scene's own recording (or minidp's library) writes.
+SIGNS = {"ring": "ring step", "traffic": "traffic message", "dp": "dp scatter", "ddp": "grad ready",
+         "memory": "memory", "fsdp": "unit gathered", "hsdp": "hsdp send"}  # fmt: skip
 # Loaded in this order: helpers first, then one file per scene (the nav's order: keys 1-9).
 JS_FILES = ("core.js", "dom.js", "model.js", "axis.js", "timeline.js", "topology.js", "chart.js",
             "lesson.js", "scene_ring.js", "scene_traffic.js", "scene_dp.js", "scene_ddp.js",
@@ -132,6 +135,16 @@ def load_trace(path: str | Path) -> dict:
     return check_trace(data)
 
 
+def recognised(data: dict) -> list[str]:
+    """The classroom scenes whose events are in the trace ``data`` (may be none: the page
+    then opens on the generic timeline)."""
+    names = {e.get("name") for e in data.get("traceEvents", []) if isinstance(e, dict)}
+    found = [key for key, sign in SIGNS.items() if sign in names]
+    if "fsdp" not in found and any(str(n).startswith("forward unit") for n in names):
+        found.append("fsdp")
+    return found
+
+
 def _lessons() -> dict:
     """The source of every scene's lesson, by file name (empty outside a source checkout)."""
     out = {}
@@ -148,15 +161,14 @@ def _library() -> dict:
     precision, FSDP's gathered units at their peak (``units``) and the layer stack's
     activations per token (``activations``: flash attention, no checkpointing — linear in
     the tokens, so the page scales it by sequence x micro-batch)."""
-    from minidp.tools.planner import activations, plan
+    from minidp.tools.planner import plan
+    from minidp.tools.planner.plan_cli import activation_estimate
     from minidp.tools.planner.units import DTYPES, units
 
     per_token, gathered = {}, {}
-    for model, (layers, hidden, heads, kv, ffn, mlp, _) in plan.LAYERS.items():
-        for precision, (compute, _) in DTYPES.items():
-            one = activations.layer_bytes(1, 1, hidden, heads, ffn=ffn, mlp=mlp, flash=True,
-                                          kv_heads=kv, bytes_per_value=compute)  # fmt: skip
-            per_token[f"{model}/{precision}"] = layers * one
+    for model in plan.LAYERS:
+        for precision in DTYPES:  # one token (seq 1, micro-batch 1), flash attention
+            per_token[f"{model}/{precision}"] = activation_estimate(model, 1, 1, precision).kept
             gathered[f"{model}/{precision}"] = units(model, precision).peak
     return {"precisions": plan.PRECISIONS, "moments": plan.MOMENTS, "models": plan.MODELS,
             "layouts": plan.LAYOUTS, "stage_names": plan.STAGE_NAMES,

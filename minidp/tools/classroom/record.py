@@ -1,18 +1,14 @@
-"""Run every classroom scene for real and merge the events into one Chrome trace.
+"""Record every classroom scene for real and merge the events into one Chrome trace.
 
     python -m minidp classroom --no-serve --out /tmp/cls     # records, then builds the page
 
-Each scene's recorder (``rec_comm``, ``rec_link``, ``rec_dp``, ``rec_ddp``, ``rec_memory``,
-``rec_fsdp``, ``rec_hsdp``) runs real ranks and returns ``minidp.trace`` events; here they
-are run one after the other, with a progress line per scene, and merged by
-``minidp.trace.to_chrome`` — the same format ``minidp.trace.save`` writes — plus the
-options under ``otherData`` (the Chrome trace format's place for such metadata).
-
-Where time is what a scene teaches (ring, traffic, DDP's overlap, FSDP's prefetch, HSDP)
-its ranks are processes: one ``minidp.launch.ProcessWorld`` per world size, started once
-and reused by every scene of that size (the ring's world also measures the link's α and β
-for the page's models). DataParallel is threads by design, and the memory scene shows
-bytes, not time: both run on threads, and the page says so.
+Each scene is recorded by ``minidp.tools.recorder`` (the runs the demos print and the
+diagrams draw), one after the other with a progress line each, and merged by
+``minidp.trace.to_chrome``, the options under ``otherData``. Where time is what a scene
+teaches (ring, traffic, DDP, FSDP, HSDP) its ranks are processes: one ``ProcessWorld`` per
+size, started once and reused (the ring's also measures the link's α and β for the page's
+models); DataParallel is threads by design, and the memory scene shows bytes: threads too,
+and the page says so.
 
 Test: ``pytest tests/test_classroom.py``
 """
@@ -23,16 +19,15 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+import torch
+
 from minidp import trace
-from minidp.tools.classroom import (
-    rec_comm,
-    rec_ddp,
-    rec_dp,
-    rec_fsdp,
-    rec_hsdp,
-    rec_link,
-    rec_memory,
-)
+from minidp.tools.recorder import Threads, Worlds, mlp
+from minidp.tools.recorder.ddp import cap_for, ddp_events
+from minidp.tools.recorder.dp import dp_events
+from minidp.tools.recorder.fsdp import check_shape, fsdp_events, hsdp_events
+from minidp.tools.recorder.memory import memory_events
+from minidp.tools.recorder.ring import link_events, ring_events, traffic_events
 
 SCENE_ORDER = ("ring", "traffic", "dp", "ddp", "memory", "fsdp", "hsdp")
 MODELLED = ("ring", "traffic", "ddp", "fsdp", "hsdp")  # scenes whose page shows α-β models
@@ -89,42 +84,28 @@ class Options:
                 f"{self.devices}"
             )
         if "hsdp" in self.only:
-            rec_hsdp.check_shape(self.hsdp_mesh)
+            check_shape(self.hsdp_mesh)
+
+
+def _dp(o: Options) -> list[dict]:
+    """The DP scene: a 3 -> 4 -> 2 MLP, so every value fits on a projector."""
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(o.batch, 3, generator=g), torch.randn(o.batch, 2, generator=g)
+    return dp_events(mlp(3, 4, 2), x, y, ["cpu"] * o.devices)
 
 
 def _runners(o: Options, world: Callable) -> dict[str, Callable[[], list[dict]]]:
-    ring = o.world_size
+    ring, w = o.world_size, o.width
+    ddp = (2 * w,) * 4 + (4,)  # the DDP scene's MLP: twice as wide, so backward takes time
     return {
-        "ring": lambda: rec_comm.ring_events(world(ring), o.numel),
-        "traffic": lambda: rec_comm.traffic_events(world(ring), o.traffic_numel),
-        "dp": lambda: rec_dp.dp_events(o.devices, o.batch),
-        "ddp": lambda: rec_ddp.ddp_events(world(o.ddp_world), width=o.width * 2),
-        "memory": lambda: rec_memory.memory_events(o.ddp_world, o.width),
-        "fsdp": lambda: rec_fsdp.fsdp_events(world(o.ddp_world), o.width),
-        "hsdp": lambda: rec_hsdp.hsdp_events(
-            world(o.hsdp_mesh[0] * o.hsdp_mesh[1]), o.hsdp_mesh, o.width
-        ),  # fmt: skip
+        "ring": lambda: ring_events(world(ring), o.numel),
+        "traffic": lambda: traffic_events(world(ring), o.traffic_numel),
+        "dp": lambda: _dp(o),
+        "ddp": lambda: ddp_events(world(o.ddp_world), ddp, cap_for(ddp, buckets=3)),
+        "memory": lambda: memory_events(Threads(o.ddp_world), (w,) * 4 + (4,)),
+        "fsdp": lambda: fsdp_events(world(o.ddp_world), (w,) * 4 + (4,)),
+        "hsdp": lambda: hsdp_events(world(o.hsdp_mesh[0] * o.hsdp_mesh[1]), o.hsdp_mesh, w),
     }
-
-
-class _Worlds:
-    """Rank-process worlds by size, started on first use; closed by ``close``."""
-
-    def __init__(self, progress: Callable[[str], None]) -> None:
-        self.worlds: dict = {}
-        self.progress = progress
-
-    def __call__(self, size: int):
-        from minidp.launch import ProcessWorld
-
-        if size not in self.worlds:
-            self.progress(f"      starting {size} rank processes (each imports torch) ...")
-            self.worlds[size] = ProcessWorld(size, timeout=60.0)
-        return self.worlds[size]
-
-    def close(self) -> None:
-        for w in self.worlds.values():  # the events are back: no polite teardown to wait for
-            w.close(kill=True)
 
 
 def record(
@@ -136,7 +117,7 @@ def record(
     pass their session's); ``None``: worlds are started here and closed at the end."""
     o = options or Options()
     o.check()
-    own = _Worlds(progress) if world is None else None
+    own = Worlds(progress) if world is None else None
     runners = _runners(o, own or world)
     events: list[dict] = []
     chosen = [s for s in SCENE_ORDER if s in o.only]
@@ -152,7 +133,7 @@ def record(
                 size = o.ddp_world
             if {"ring", "traffic"} & set(chosen):
                 size = o.world_size
-            events += rec_link.link_events((own or world)(size))
+            events += link_events((own or world)(size))
             progress("      link measured (ping-pong, for the page's α-β models)")
     finally:
         if own is not None:

@@ -2,12 +2,10 @@
 
     python -m minidp classroom --no-serve --out /tmp/cls --screenshots diagrams
 
-Each scene is opened at a step worth showing, in projector mode (what a hall sees: both
-from the address, ``#scene/step?projector=1``) at 1920x1080, a moment after the step is
-shown so this step's messages are caught travelling, and saved as
-``classroom_<scene>.png`` (``size=`` another window: the 1366x768 a smaller projector
-shows). The browser is Debian's Chromium (``apt-get install -y chromium``) driven by
-playwright from pip; the page needs no network, so none is allowed.
+Each scene at a step worth showing, in projector mode (``#scene/step?projector=1``) at
+1920x1080 (``size=``: another), a moment after the step is shown so its messages are caught
+travelling: ``classroom_<scene>.png``. Debian's Chromium driven by playwright; the page
+needs no network, so none is allowed.
 
 Test: ``pytest tests/test_classroom_browser.py``
 """
@@ -31,33 +29,22 @@ def browser_path() -> str | None:
     return CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
 
 
-def launch(playwright):
-    path = browser_path()
-    if path is None:
-        raise RuntimeError("classroom screenshots: no chromium (apt-get install -y chromium)")
-    return playwright.chromium.launch(executable_path=path, args=["--no-sandbox"])
-
-
-def offline(page) -> None:
-    """Refuse every request that is not a local file: the page must need no network."""
-    page.route(
-        "**/*",
-        lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort(),
-    )
-
-
 def screenshots(page_path: str | Path, out: str | Path, size: dict = SIZE) -> list[Path]:
     """Save one PNG per scene present in the page; returns their paths."""
     from playwright.sync_api import sync_playwright
 
+    chromium = browser_path()
+    if chromium is None:
+        raise RuntimeError("classroom screenshots: no chromium (apt-get install -y chromium)")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     url = Path(page_path).resolve().as_uri()
     paths = []
     with sync_playwright() as p:
-        browser = launch(p)
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         page = browser.new_page(viewport=size)
-        offline(page)
+        local = lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort()  # noqa: E731
+        page.route("**/*", local)  # any other request refused: the page must need no network
         page.goto(f"{url}#trace/0?projector=1")
         for scene, where in SHOTS.items():
             button = page.locator(f'nav [data-scene="{scene}"]')

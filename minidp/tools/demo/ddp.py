@@ -4,20 +4,15 @@
     python -m minidp demo ddp --world-size 3
     python -m minidp demo ddp --trace ddp.json        # also a Chrome trace (Perfetto)
 
-What it shows, from a real run (rank processes on gloo, ``minidp.trace`` recording):
-
-1. the constructor broadcasts rank 0's parameters (ranks start with different weights);
-2. the bucket layout: one bucket in the first iteration, then the rebuild in the order
-   gradients arrived, with each parameter's shape and bytes;
-3. the second step's backward on rank 0, in time order: gradient-ready hooks firing
-   from the last layer back, bucket launches between them, and the all-reduces running
-   on the communication thread while backward continues;
-   how much of the all-reduce time overlapped backward, and why that is little on a CPU;
-4. one gradient before (per rank, local) and after averaging;
-5. the parity check: the same steps through ``torch.nn.parallel.DistributedDataParallel``
-   and ``torch.equal`` on every parameter of every rank.
-
-All output is printed once, by the launcher, with ``rank r:`` where ranks differ.
+Printed from the recorder's events (``minidp.tools.recorder.ddp``, which
+``ddp_timeline.png`` and the classroom show too), once, by the launcher, with ``rank r:``
+where ranks differ: 1. the constructor broadcasting rank 0's parameters (the ranks started
+different); 2. the bucket layout — one bucket in the first iteration, then the rebuild in
+the order gradients arrived; 3. the second step's backward on rank 0 in time order: hooks
+firing from the last layer back, bucket launches, the all-reduces on the communication
+thread while backward continues, and how much of them overlapped it (little, on a CPU);
+4. a gradient before (per rank) and after averaging; 5. ``torch.equal`` on every parameter
+against ``torch.nn.parallel.DistributedDataParallel`` trained the same way.
 
 Test: ``pytest tests/test_ddp_misc.py -k demo``
 """
@@ -25,78 +20,24 @@ Test: ``pytest tests/test_ddp_misc.py -k demo``
 from __future__ import annotations
 
 import argparse
-import copy
 
 import torch
-from torch import nn
 
-import minidp
 from minidp import trace
 from minidp.comm.direct import small_bytes
 from minidp.launch import ProcessWorld
+from minidp.tools.recorder import mlp
+from minidp.tools.recorder.ddp import ddp_events, in_step
+
+# Big enough that each layer's backward takes milliseconds: the all-reduce of the last
+# layers then visibly runs while the first layers are still being differentiated.
+SIZES = (256, 256, 256, 256, 10)
 
 
-def make_model() -> nn.Module:
-    torch.manual_seed(0)
-    # Big enough that each layer's backward takes milliseconds: the all-reduce of the last
-    # layers then visibly runs while the first layers are still being differentiated.
-    return nn.Sequential(
-        nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-        nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10),
-    )  # fmt: skip
-
-
-def _layout(reducer) -> list[list[tuple[str, tuple, int]]]:
-    return [
-        [
-            (reducer.names[i], tuple(p.shape), p.numel() * p.element_size())
-            for i, p in zip(b.indices, b.params)
-        ]
-        for b in reducer.buckets
-    ]
-
-
-def _train_step(model, opt, x, y) -> None:
-    opt.zero_grad(set_to_none=True)
-    nn.functional.mse_loss(model(x), y).backward()
-    opt.step()
-
-
-def _rank(rank: int, world: int, cap_mb: float) -> dict:
-    model = make_model()
-    with torch.no_grad():  # every rank starts different, to show the broadcast
-        for p in model.parameters():
-            p.add_(0.1 * rank)
-    first = model[0].weight[0, 0].item()
-    ref = nn.parallel.DistributedDataParallel(copy.deepcopy(model), bucket_cap_mb=cap_mb)
-    ddp = minidp.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
-    out = {"before": first, "after": model[0].weight[0, 0].item(), "layout1": _layout(ddp.reducer)}
-    g = torch.Generator().manual_seed(100 + rank)  # each rank its own data
-    batches = [
-        (torch.randn(1024, 256, generator=g), torch.randn(1024, 10, generator=g)) for _ in range(2)
-    ]
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    _train_step(ddp, opt, *batches[0])  # step 1: one bucket; records the ready order
-
-    x, y = batches[1]
-    local = copy.deepcopy(ddp.module)  # this rank's own gradient, before averaging
-    nn.functional.mse_loss(local(x), y).backward()
-    opt.zero_grad(set_to_none=True)
-    with trace.recording() as rec:
-        loss = nn.functional.mse_loss(ddp(x), y)  # forward: buckets are rebuilt here
-        loss.backward()
-    out["layout2"] = _layout(ddp.reducer)
-    out["events"] = rec.events
-    out["local_grad"] = local[6].bias.grad[:4].clone()
-    out["avg_grad"] = model[6].bias.grad[:4].clone()
-    opt.step()
-
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    for bx, by in batches:
-        _train_step(ref, ref_opt, bx, by)
-    pairs = list(zip(ref.module.parameters(), model.parameters()))
-    out["equal"] = [torch.equal(a, b) for a, b in pairs]
-    return out
+def _layout(event: dict, shapes: dict) -> list[list[tuple[str, tuple, int]]]:
+    """A ``ddp buckets`` event's layout: per bucket, (name, shape, bytes) per parameter."""
+    return [[(n, shapes[n], 4 * torch.Size(shapes[n]).numel()) for n in b["params"]]
+            for b in event["args"]["buckets"]]  # fmt: skip
 
 
 def _print_layout(layout, indent="    ") -> None:
@@ -155,13 +96,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", help="save every rank's events as a Chrome trace JSON")
     args = parser.parse_args(argv)
     w, cap = args.world_size, args.bucket_cap_mb
-    model = make_model()
+    model = mlp(*SIZES)
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
     n = sum(p.numel() for p in model.parameters())
     print(f"minidp DDP: one training step on {w} ranks (processes, gloo on CPU)")
     print(f"model: {model}\n{len(shapes)} parameter tensors, {n} elements\n")
-    with ProcessWorld(w) as world:
-        res = world.run(_rank, cap)
+    with ProcessWorld(w) as world:  # step 0 fills one bucket; step 1 runs on the rebuilt ones
+        events = ddp_events(world, SIZES, cap, batch=1024, record=(0, 1), lr=0.1, spread=0.1,
+                            check=True)  # fmt: skip
+    res = sorted((e for e in events if e["name"] == "ddp check"), key=lambda e: e["pid"])
+    res = [e["args"] for e in res]
+    layouts = [e for e in events if e["name"] == "ddp buckets" and e["pid"] == 0]
+    layout1, layout2 = (_layout(e, shapes) for e in sorted(layouts, key=lambda e: e["ts"]))
+    step2 = in_step(events, 0, 1)
 
     print("1. construction broadcasts rank 0's parameters (ranks started different):")
     for r, o in enumerate(res):
@@ -171,15 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n2. buckets (cap {cap} MiB = {int(cap * 2**20)} B)")
     print("   first iteration: ONE bucket, parameters in forward order — the order in which")
     print("   gradients really arrive is not known yet:")
-    _print_layout(res[0]["layout1"])
+    _print_layout(layout1)
     print("   rebuilt at the 2nd forward, in the order gradients arrived (last layer first),")
     print("   closing a bucket once it reaches the cap; rank 0's layout is broadcast:")
-    _print_layout(res[0]["layout2"])
+    _print_layout(layout2)
 
     print("\n3. step 2's backward on rank 0 (hooks on the autograd thread, all-reduces on")
     print("   the communication thread; a bucket launches only after every lower one):")
-    _print_events(res[0]["events"], shapes)
-    during, total = overlap_ms(res[0]["events"])
+    _print_events(step2, shapes)
+    during, total = overlap_ms(step2)
     print(f"   {during:.1f} of {total:.1f} ms of all-reduce ran while backward was still running.")
     print("   On this CPU that saves little: the ranks, their communication threads and gloo's")
     print("   memory copies share the same few cores as backward itself, so communicating")
@@ -190,12 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     for r, o in enumerate(res):
         print(f"   rank {r}: local {_fmt(o['local_grad'])}")
     print(f"   all ranks after backward: {_fmt(res[0]['avg_grad'])}")
-    mean = torch.stack([o["local_grad"] for o in res]).mean(0)
-    same = all(torch.equal(o["avg_grad"], res[0]["avg_grad"]) for o in res)
+    mean = torch.tensor([o["local_grad"] for o in res]).mean(0)
+    same = all(o["avg_grad"] == res[0]["avg_grad"] for o in res)
     print(f"   identical on every rank: {same}; mean of the locals: {_fmt(mean)}")
     # all_reduce's "auto" picks its path by size: say which one these buckets took
     limit = small_bytes(w)  # 1 MiB at 2 ranks, 256 KiB from 3 on
-    big = [sum(n for _, _, n in b) > limit for b in res[0]["layout2"]]
+    big = [sum(n for _, _, n in b) > limit for b in layout2]
     kib = limit // 1024
     if all(big):
         via = f"round the ring: every bucket is over {kib} KiB"
@@ -206,11 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     print("   (each gradient is multiplied by 1/world_size while copied into its bucket,")
     print(f"   then the bucket is summed {via})")
 
-    equal = [all(o["equal"]) for o in res]
+    equal = [all(o["torch_equal"]) for o in res]
     print("\n5. parity: the same 2 steps through torch.nn.parallel.DistributedDataParallel;")
     print(f"   torch.equal on all {len(shapes)} parameters, per rank: {equal}")
     if args.trace:
-        path = trace.save(args.trace, *[o["events"] for o in res])
+        path = trace.save(args.trace, events)
         print(f"\ntrace saved: {path} (open in https://ui.perfetto.dev)")
     return 0 if all(equal) else 1
 
@@ -219,5 +166,5 @@ def _size(n: int) -> str:
     return f"{n} B" if n < 4096 else f"{n / 1024:.0f} KiB"
 
 
-def _fmt(t: torch.Tensor) -> str:
-    return "[" + ", ".join(f"{v:+.5f}" for v in t.tolist()) + "]"
+def _fmt(values) -> str:
+    return "[" + ", ".join(f"{v:+.5f}" for v in torch.as_tensor(values).tolist()) + "]"

@@ -4,27 +4,18 @@
     python -m minidp demo dp --devices 3 --batch 10
     python -m minidp demo dp --color never
 
-What happens: a small MLP and a batch are made; the demo then calls minidp's own
-``scatter_kwargs``, ``replicate``, ``parallel_apply`` and ``gather`` one after the other
-(exactly what ``minidp.DataParallel.forward`` chains) and prints what each produced: the
-chunk shapes per device, which replica shares storage with the model, which thread ran
-which replica, the gathered output; then the backward pass, with every replica's
-gradient and their sum landing on the main device. Devices are simulated: ``"cpu"``
-repeated, one thread each (on a GPU machine, ``--gpus`` uses the real ones).
-
-Then the optimizer step on the main device's model, and the next step's ``replicate``
-copying the *updated* weights to every device again (DP's per-step cost). It ends with
-the parity checks: the step equals the per-chunk definition of DP
-(``torch.equal`` on outputs and gradients), and it is close to ``torch.nn.DataParallel``
-on the same devices (for simulated devices: what torch's wrapper is in a process without
-GPUs, the plain module on the full batch, which rounds differently, so the check there is
-``assert_close`` and the max difference is printed). The devices are the ones asked for
-(``--devices`` or ``--gpus``), never guessed from what the machine has.
-
-Colour: on when stdout is a terminal and NO_COLOR is unset (``--color always|never``).
-
-This file runs the step and records it (``dp_run.py`` holds the records, ``dp_view.py`` draws
-them).
+The recorder (``minidp.tools.recorder.dp``: also ``dp_pipeline.png`` and the classroom's DP
+scene) runs minidp's ``scatter``, ``replicate``, ``parallel_apply`` and ``gather`` (what
+``minidp.DataParallel.forward`` chains), then backward; ``dp_view.py`` prints what its
+events say each produced: chunk shapes, which replica shares the model's storage, which
+thread ran which replica, the gathered output, every replica's gradient and their sum on
+the main device. This file adds the optimizer step on the main device and the next step's
+``replicate`` copying the *updated* weights again (DP's per-step cost), then the checks:
+``torch.equal`` with the book's ``data_parallel_step``, and ``assert_close`` with
+``torch.nn.DataParallel`` on the same devices (without GPUs torch's wrapper is the plain
+module on the full batch, which rounds differently; the max difference is printed), and
+the bytes per device. Devices are simulated (``"cpu"`` repeated, one thread each) or
+``--gpus``: the ones asked for, never guessed from the machine. Colour: ``style.py``.
 
 Test: ``pytest tests/test_dp_demo_bench.py``
 """
@@ -33,75 +24,39 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import operator
-import os
 import sys
-import threading
 
 import torch
 from torch import nn
 
-from minidp.dp import gather, parallel_apply, replicate, scatter_kwargs
+from minidp.dp import replicate
 from minidp.dp.data_parallel import DataParallel
 from minidp.dp.devices import official_data_parallel, slot_label
-from minidp.tools.demo.dp_run import StepRecord, UpdateRecord
-from minidp.tools.demo.dp_view import Paint, render_step, render_update, shape
+from minidp.textbook.dp import data_parallel_step
+from minidp.tools.demo.dp_view import render_step, render_update
+from minidp.tools.demo.style import Style
 from minidp.tools.planner.dp_memory import memory_report
+from minidp.tools.recorder import mlp
+from minidp.tools.recorder.dp import dp_events
 
 
-def make_model_and_data(batch: int, seed: int = 0):
+def make_model_and_data(batch: int):
     """A 6 -> 16 -> 3 MLP (no dropout: the replica threads share one RNG) and a batch."""
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
-    g = torch.Generator().manual_seed(seed + 1)
-    return model, torch.randn(batch, 6, generator=g), torch.randn(batch, 3, generator=g)
+    g = torch.Generator().manual_seed(1)
+    return mlp(6, 16, 3), torch.randn(batch, 6, generator=g), torch.randn(batch, 3, generator=g)
 
 
-def record_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, devices: list) -> StepRecord:
-    """One DP step through the four functions (what DataParallel.forward chains) + backward."""
-    n = len(devices)
-    labels = [slot_label(devices, i) + (" (main)" if i == 0 else "") for i in range(n)]
-    inputs, kwargs = scatter_kwargs((x,), {}, devices)  # ((chunk,), ...) one per used device
-    used = devices[: len(inputs)]
-    starts = [0]
-    for (chunk,) in inputs:
-        starts.append(starts[-1] + len(chunk))
-    rows = [(starts[i], starts[i + 1] - 1, shape(c)) for i, (c,) in enumerate(inputs)]
-    replicas = replicate(model, used)  # a new set every step: replica 0 IS the model
-    w = model[0].weight
-    kinds = [
-        (shape(r[0].weight), r[0].weight.data_ptr() == w.data_ptr(), type(r[0].weight.grad_fn))
-        for r in replicas
-    ]
-    threads: dict[int, str] = {}
+@dataclasses.dataclass
+class UpdateRecord:
+    """The optimizer step on the main device, and the next step's fresh replicas."""
 
-    def tagged(i: int):
-        def call(*args):
-            threads[i] = threading.current_thread().name
-            return replicas[i](*args)
-
-        return call
-
-    outputs = parallel_apply([tagged(i) for i in range(len(used))], inputs, kwargs, used)
-    out = gather(outputs, devices[0])
-    seen: dict[int, torch.Tensor] = {}
-    for i, r in enumerate(replicas):
-        r[0].weight.register_hook(lambda g, i=i: seen.__setitem__(i, g))
-    loss = nn.functional.mse_loss(out, y)
-    loss.backward()
-    return StepRecord(
-        labels=labels,
-        rows=rows,
-        replicas=[(s, shares, kind.__name__) for s, shares, kind in kinds],
-        elements=sum(t.numel() for t in model.parameters()),
-        tensors=len(list(model.parameters())),
-        threads=[threads[i] for i in range(len(used))],
-        outputs=outputs,
-        out=out,
-        loss=loss.item(),
-        replica_grads=[seen[i] for i in range(len(used))],
-        grads=[prm.grad.clone() for prm in model.parameters()],
-    )
+    lr: float
+    before: float  # model[0].weight[0, 0] before the step
+    after: float  # ... after it
+    replicas_after: list[float]  # replica i's 0.weight[0, 0] at the next step's replicate
+    fresh: bool  # every new replica holds the updated weights (torch.equal)
 
 
 def record_update(model: nn.Module, devices: list, used: int, lr: float = 0.1) -> UpdateRecord:
@@ -130,25 +85,17 @@ def _describe(m: nn.Module) -> str:
     return type(m).__name__
 
 
-def parity(model0: nn.Module, x, y, devices: list, out, grads, p: Paint) -> bool:
+def parity(model0: nn.Module, x, y, devices: list, out, grads, p: Style) -> bool:
     """Compare the step with the per-chunk definition and with torch.nn.DataParallel."""
     print()
     print(p.head("8. parity checks (the step above, before the optimizer step)"))
-    # (a) the definition: each chunk on the plain model, outputs concatenated, grads summed
-    n = len(devices)
+    # (a) the book's step: each chunk on a copy, outputs concatenated, grads summed in order
     ref = copy.deepcopy(model0)
-    outs = [ref(c) for c in x.chunk(n)]
-    ref_out = torch.cat(outs)
-    params = list(ref.parameters())
-    upstream = torch.autograd.grad(nn.functional.mse_loss(ref_out, y), outs)
-    ref_grads = None
-    for o, g in zip(outs, upstream):
-        mine = torch.autograd.grad(o, params, g)
-        ref_grads = list(mine) if ref_grads is None else [a + b for a, b in zip(ref_grads, mine)]
+    ref_out, _ = data_parallel_step(ref, x, y, nn.functional.mse_loss, devices)
     ok_out = torch.equal(out, ref_out)
-    ok_grad = all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
-    print("   vs the per-chunk definition: torch.cat([model(c) for c in x.chunk(n)]),")
-    print("      grads = per-chunk grads summed in device order")
+    ok_grad = all(torch.equal(a, b.grad) for a, b in zip(grads, ref.parameters()))
+    print("   vs the book's data_parallel_step (minidp.textbook.dp): torch.cat([model(c) for c")
+    print("      in x.chunk(n)]), grads = per-chunk grads summed in device order")
     print(f"      outputs {p.verdict(ok_out, f'torch.equal: {ok_out}')}, ", end="")
     print(f"{len(grads)} gradients {p.verdict(ok_grad, f'torch.equal: {ok_grad}')}")
 
@@ -194,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.devices < 1 or args.batch < 1:
         parser.error("--devices and --batch must be at least 1")
-    color = {"always": True, "never": False}.get(args.color)
-    if color is None:
-        color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    p = Paint(color)
+    p = Style.for_stdout(args.color)
 
     if args.gpus:
         if torch.cuda.device_count() < 1:
@@ -210,17 +154,21 @@ def main(argv: list[str] | None = None) -> int:
     model, x, y = make_model_and_data(args.batch)
     model, x, y = model.to(devices[0]), x.to(devices[0]), y.to(devices[0])
     model0 = copy.deepcopy(model)
-    print(p("1", f"DataParallel, one training step: {what}, batch {args.batch}"))
+    print(p.bold(f"DataParallel, one training step: {what}, batch {args.batch}"))
     layers = " -> ".join(_describe(m) for m in model)
     print(p.dim(f"model {layers} lives on {devices[0]} (the main device)"))
     print()
 
-    step = record_step(model, x, y, devices)
-    print("\n".join(render_step(step, x, p)))
+    events = dp_events(model, x, y, devices)
+    labels = [slot_label(devices, i) + (" (main)" if i == 0 else "") for i in range(len(devices))]
+    print("\n".join(render_step(events, model, x, labels, p)))
     print()
-    update = record_update(model, devices, len(step.rows))
-    print("\n".join(render_update(update, step.labels, p)))
-    ok = parity(model0, x, y, devices, step.out, step.grads, p) and update.fresh
+    grads = [prm.grad.clone() for prm in model.parameters()]  # the step's, before SGD uses them
+    (gathered,) = [e["args"]["output"] for e in events if e["name"] == "dp gather"]
+    update = record_update(model, devices, sum(e["name"] == "dp scatter" for e in events))
+    print("\n".join(render_update(update, labels, p)))
+    out = torch.tensor(gathered, device=devices[0])
+    ok = parity(model0, x, y, devices, out, grads, p) and update.fresh
 
     print()
     print(p.head("9. where the bytes are (one step, counted per device)"))

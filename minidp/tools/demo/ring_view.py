@@ -1,55 +1,110 @@
-"""Terminal drawing of a recorded ring all-reduce: the rank x chunk grid, step by step.
-
-Pure text from a ``RingRun`` (``ring_run.py``; recorded by ``ring.record_ring``): nothing
-here runs a rank.
-Colour through ANSI codes when asked, else ``*``/``=`` markers; ASCII arrows when stdout
-cannot print Unicode.
+"""A recorded ring all-reduce, read back from the recorder's events and drawn as text.
 
     python -m minidp demo ring --world-size 4 --numel 8
+
+:func:`ring_run` reads ``minidp.tools.recorder.ring``'s events back, nothing recomputed,
+into a :class:`RingRun` — every step's messages and what every rank held before and after
+it — which the ``render_*`` functions print as a rank x chunk grid (``ring_steps.png``
+draws it). Colour through ANSI codes when asked, else ``*``/``=`` markers (``style.py``).
 
 Test: ``pytest tests/test_demo_ring.py``
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from minidp.comm.agree import HEADER_BYTES
-from minidp.tools.demo.ring_run import REDUCE_SCATTER, RingRun, Step, digits_per_rank
+from minidp.tools.demo.style import Style
+from minidp.tools.recorder.ring import digits_per_rank
+
+REDUCE_SCATTER, ALL_GATHER = "reduce-scatter", "all-gather"
 
 
-class Style:
-    """ANSI styles, or nothing when colour is off; ASCII glyphs when stdout is not UTF-8."""
+@dataclasses.dataclass
+class Move:
+    """One message of one step: ``src`` sent chunk ``chunk`` (values ``payload``) to ``dst``."""
 
-    def __init__(self, color: bool, unicode: bool) -> None:
-        self.color = color
-        self.arrow = "→" if unicode else "->"
-        self.to_left = "◀──" if unicode else "<--"
-        self.to_right = "──▶" if unicode else "-->"
-        self.rule = "─" if unicode else "-"
-        self.dot = "·" if unicode else "."
-        self.dash = "—" if unicode else "-"
+    src: int
+    dst: int
+    chunk: int
+    payload: torch.Tensor
 
-    def _sgr(self, code: str, text: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.color else text
 
-    def bold(self, t: str) -> str:
-        return self._sgr("1", t)
+@dataclasses.dataclass
+class Step:
+    """One step of the ring: the messages, then what every rank holds afterwards."""
 
-    def dim(self, t: str) -> str:
-        return self._sgr("2", t)
+    phase: str  # REDUCE_SCATTER or ALL_GATHER
+    index: int  # 0-based within the phase
+    moves: list[Move]
+    before: list[list[torch.Tensor]]  # [rank][chunk] values before the step
+    after: list[list[torch.Tensor]]  # [rank][chunk] values after the step
 
-    def moved(self, t: str) -> str:  # arrived this step, still a partial sum
-        return self._sgr("1;30;43", t)
 
-    def moved_done(self, t: str) -> str:  # arrived this step and is the final sum
-        return self._sgr("1;30;42", t)
+@dataclasses.dataclass
+class RingRun:
+    """A recorded ring all-reduce: inputs, every step, results and the torch check."""
 
-    def done(self, t: str) -> str:  # holds the final sum
-        return self._sgr("1;32", t)
+    world: int
+    numel: int
+    chunks: list[tuple[int, int]]
+    inputs: list[torch.Tensor]
+    steps: list[Step]
+    outputs: list[torch.Tensor]  # the book's ring_all_reduce result, per rank
+    reference: list[torch.Tensor]  # torch.distributed.all_reduce result, per rank
+    data_bytes_sent: list[int]  # per rank: the chunks, as the tapped group saw them
+    counted_bytes_sent: list[int]  # per rank: count_traffic's total
+    events: list[dict]  # the recorder's trace events, for a Chrome trace
 
-    def rank(self, r: int, t: str) -> str:
-        return self._sgr(("36", "35", "34", "33", "31", "32")[r % 6], t)
+    @property
+    def direction(self) -> int:
+        """+1 if rank r sends to rank r+1, -1 if to rank r-1 (read from the messages)."""
+        m = self.steps[0].moves[0]
+        return 1 if (m.dst - m.src) % self.world == 1 else -1
+
+    @property
+    def equal(self) -> bool:
+        return all(torch.equal(a, b) for a, b in zip(self.outputs, self.reference))
+
+    def grid(self, values: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+        """``values`` (one tensor per rank) cut into this run's chunks: ``[rank][chunk]``."""
+        return [[v[lo:hi] for lo, hi in self.chunks] for v in values]
+
+
+def ring_run(events: list[dict]) -> RingRun:
+    """The steps of the ring recorded in ``events`` (``minidp.tools.recorder.ring``)."""
+
+    def by_rank(name: str) -> list[dict]:
+        return [e["args"] for e in sorted(events, key=lambda e: e["pid"]) if e["name"] == name]
+
+    def grid(holds: list[list]) -> list[torch.Tensor]:
+        return [torch.tensor(v, dtype=torch.int64) for v in holds]
+
+    inputs, results = by_rank("ring inputs"), by_rank("ring result")
+    world, chunks = inputs[0]["world"], [tuple(c) for c in inputs[0]["chunks"]]
+    before = [grid(a["holds"]) for a in inputs]
+    steps, sent = [], [0] * world
+    for k in range(2 * (world - 1)):
+        now = sorted((e for e in events if e["name"] == "ring step" and e["args"]["step"] == k + 1),
+                     key=lambda e: e["pid"])  # fmt: skip
+        moves = [Move(e["pid"], e["args"]["to"], e["args"]["chunk"],
+                      torch.tensor(e["args"]["values"], dtype=torch.int64))
+                 for e in now]  # fmt: skip
+        for e in now:
+            sent[e["pid"]] += e["args"]["bytes"]
+        after = [grid(e["args"]["holds"]) for e in now]
+        phase = REDUCE_SCATTER if k < world - 1 else ALL_GATHER
+        steps.append(Step(phase, k % (world - 1), moves, before, after))
+        before = after
+    ints = [torch.tensor(r["result"], dtype=torch.int64) for r in results]
+    return RingRun(world=world, numel=chunks[-1][1], chunks=chunks,
+                   inputs=[torch.cat(row) for row in steps[0].before], steps=steps, outputs=ints,
+                   reference=[torch.tensor(r["torch"], dtype=torch.int64) for r in results],
+                   data_bytes_sent=sent, counted_bytes_sent=[r["sent_bytes"] for r in results],
+                   events=events)  # fmt: skip
 
 
 def _fmt(values: torch.Tensor, width: int, cells: int = 0) -> str:

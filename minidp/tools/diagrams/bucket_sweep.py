@@ -1,9 +1,8 @@
 """``bucket_sweep.png``: DDP step time against ``bucket_cap_mb``, minidp and torch.
 
-2 rank processes (gloo on loopback), minidp's DDP with overlap on and off and torch's
-DDP, one MLP; each point is the median of a few rounds' median step times (bars: min-max
-over the rounds), with the number of buckets written above it; a box states the fitted
-cost of one extra bucket for each, which is what makes minidp's curve slope.
+2 rank processes, minidp's DDP with overlap on and off and torch's, one MLP; each point
+the median of a few rounds' median steps (bars: min-max over the rounds), its bucket count
+above it, and the fitted cost of one extra bucket for each: what makes minidp's curve slope.
 
     python -m minidp diagrams --only sweep
 
@@ -13,26 +12,40 @@ Test: ``pytest tests/test_diagrams.py``
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 
 import torch
+from torch import nn
 
+from minidp.tools.bench.abba import train_step
 from minidp.tools.diagrams.common import pyplot, save_figure
-from minidp.tools.diagrams.workloads import ddp_steps, mlp, rank_data
+from minidp.tools.recorder import mlp
 
 SWEEP_CAPS_MB = (0.1, 0.5, 1.0, 2.0, 4.0, 8.0, 25.0)
-# width, depth: 24 hidden layers, 23 of them 256 -> 256 (256 KiB weights); 1.52 M
-# parameters, 6.1 MB of gradients
-SWEEP_MODEL = (256, 24)
+# 24 hidden layers, 23 of them 256 -> 256 (256 KiB weights); 1.52 M parameters, 6.1 MB of
+# gradients
+SWEEP_MODEL = (32, *(256,) * 24, 10)
+
+
+def _times(net: nn.Module, data) -> list[float]:
+    """Seconds of each training step of ``net`` over ``data`` (cross-entropy, SGD)."""
+    opt, times = torch.optim.SGD(net.parameters(), lr=0.01), []
+    for x, y in data:
+        step = train_step(net, opt, x, y)
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def _sweep_rank(rank: int, world: int, caps: tuple, steps: int, rounds: int) -> dict:
-    from torch import nn
-
     import minidp
 
     torch.set_num_threads(1)
-    data = rank_data(rank, steps + 3)
+    g = torch.Generator().manual_seed(10 + rank)  # each rank its own batches
+    data = [(torch.randn(128, 32, generator=g), torch.randint(0, 10, (128,), generator=g))
+            for _ in range(steps + 3)]  # fmt: skip
     medians: dict = {}  # (name, cap) -> (median ms of each round, bucket count)
     # Rounds take turns over every setting, so a burst of other work on the machine hits
     # all settings alike; every round's median is kept, to draw the spread.
@@ -43,9 +56,8 @@ def _sweep_rank(rank: int, world: int, caps: tuple, steps: int, rounds: int) -> 
                 ("minidp, no overlap", minidp.DistributedDataParallel, {"overlap": False}),
                 ("torch", nn.parallel.DistributedDataParallel, {}),
             ):
-                ddp = wrapper(mlp(*SWEEP_MODEL), bucket_cap_mb=cap, **kw)
-                times, _ = ddp_steps(ddp, data)
-                ms = statistics.median(times[3:]) * 1e3
+                ddp = wrapper(mlp(*SWEEP_MODEL, act=nn.Tanh), bucket_cap_mb=cap, **kw)
+                ms = statistics.median(_times(ddp, data)[3:]) * 1e3
                 n_buckets = len(ddp.reducer.assignment) if name == "minidp" else None
                 medians.setdefault((name, cap), ([], n_buckets))[0].append(ms)
     return medians
@@ -101,7 +113,7 @@ def draw(out: Path, quick: bool = False) -> Path:
     with torch.random.fork_rng(devices=[]):  # mlp() reseeds torch: keep the caller's RNG
         params = sum(p.numel() for p in mlp(*SWEEP_MODEL).parameters())  # counted, not typed
     ax.set_title(
-        f"Bucket size sweep: 2 rank processes, MLP of {SWEEP_MODEL[1]} layers x {SWEEP_MODEL[0]} "
+        f"Bucket size sweep: 2 rank processes, MLP of {len(SWEEP_MODEL) - 2} layers x 256 "
         f"({params / 1e6:.1f}M parameters), gloo on loopback\nrounds take turns over the "
         "settings; median of the rounds, bars min-max; bucket counts above",
         fontsize=10,

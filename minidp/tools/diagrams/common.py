@@ -1,8 +1,7 @@
 """What every picture shares: its colours, the off-screen pyplot, and saving a figure.
 
-Not a picture itself; ``python -m minidp diagrams`` draws them (see ``__init__.py``).
-matplotlib is imported only when a picture is drawn, so ``import minidp.tools.diagrams`` works
-without it and the command can say what is missing.
+matplotlib is imported only when a picture is drawn: ``import minidp.tools.diagrams``
+works without it, and the command can say what is missing.
 
 Test: ``pytest tests/test_diagrams.py``
 """

@@ -1,8 +1,8 @@
 """``ddp_timeline.png``: one ``minidp.DistributedDataParallel`` step on 2 rank processes.
 
-Per rank: forward and backward, the gradient-ready hooks, and the bucket all-reduces —
-with overlap on they run during the backward, with overlap off they all wait for its end.
-The step drawn is traced after the bucket rebuild.
+Per rank: forward and backward, the gradient-ready hooks and the bucket all-reduces —
+during the backward with overlap on, all after it with overlap off. The step drawn is
+after the bucket rebuild, recorded by ``minidp.tools.recorder.ddp`` (``demo ddp``'s run).
 
     python -m minidp diagrams --only ddp
 
@@ -15,50 +15,35 @@ import statistics
 import textwrap
 from pathlib import Path
 
-import torch
+from torch import nn
 
+from minidp.launch import ProcessWorld
 from minidp.tools.bench.verdict import compare, machine
 from minidp.tools.diagrams.common import pyplot, save_figure
-from minidp.tools.diagrams.workloads import ddp_steps, mlp, rank_data
+from minidp.tools.recorder.ddp import ddp_events, in_step
 
 LANE_LABELS = {"compute": "forward/backward", "hooks": "grad-ready hooks", "comm": "all-reduces"}
-
-
-def _ddp_timeline_rank(rank: int, world: int, cap_mb: float, steps: int) -> dict:
-    import minidp
-
-    torch.set_num_threads(1)
-    nets = {  # 4.4M parameters each; overlap on and off take turns step by step
-        overlap: minidp.DistributedDataParallel(mlp(1024, 5), bucket_cap_mb=cap_mb, overlap=overlap)
-        for overlap in (True, False)
-    }
-    times: dict[bool, list[float]] = {True: [], False: []}
-    events: dict[bool, list[dict]] = {}
-    for i, batch in enumerate(rank_data(rank, steps)):
-        for overlap, ddp in nets.items():
-            t, ev = ddp_steps(ddp, [batch], record=0 if i == 3 else None)  # 3: after the rebuild
-            times[overlap] += t
-            if i == 3:
-                events[overlap] = ev
-    # steps 0-1: first iteration and bucket rebuild; the rest are the timed pairs
-    return {overlap: (events[overlap], times[overlap][2:]) for overlap in nets}
+SIZES = (32, 1024, 1024, 1024, 1024, 1024, 10)  # 4.4M parameters
 
 
 def draw(out: Path, quick: bool = False) -> Path:
-    """One traced DDP step on 2 ranks, overlap on and off: buckets vs backward; ``quick``:
-    fewer steps before the one drawn, for the median."""
-    from minidp.launch import spawn
-
+    """One traced DDP step on 2 ranks, overlap on and off (taking turns step by step):
+    buckets vs backward; ``quick``: fewer steps before the one drawn, for the median."""
     plt = pyplot()
     cap = 2.0
-    res = spawn(_ddp_timeline_rank, 2, cap, 6 if quick else 14)
+    with ProcessWorld(2, timeout=300) as world:  # step 3: after the bucket rebuild
+        trace = ddp_events(world, SIZES, cap, batch=128, steps=6 if quick else 14, record=(3,),
+                           overlap=(True, False), act=nn.Tanh, threads=1)  # fmt: skip
+    times = {o: [e["dur"] / 1e6 for e in trace if e["name"] == "ddp step" and e["pid"] == 0
+                 and e["args"]["overlap"] == o and e["args"]["step"] >= 2]
+             for o in (True, False)}  # fmt: skip
     fig, axes = plt.subplots(2, 1, figsize=(12.5, 8.2), sharex=True)
     for ax, overlap in zip(axes, (True, False)):
-        events = [e for r in res for e in r[overlap][0]]
-        median_ms = statistics.median(res[0][overlap][1]) * 1e3
+        events = in_step(trace, 0, 3, overlap) + in_step(trace, 1, 3, overlap)
+        median_ms = statistics.median(times[overlap]) * 1e3
         # the long spans first, so the shorter ones drawn later stay visible on top
         events.sort(key=lambda e: -e.get("dur", 0))
-        start = min(e["ts"] for e in events if e["name"] == "forward + loss")
+        start = min(e["ts"] for e in events if e["name"] == "forward")
         rows = []  # (rank, lane) -> y
         for rank in (0, 1):
             rows += [(rank, "compute"), (rank, "hooks"), (rank, "comm")]
@@ -68,12 +53,12 @@ def draw(out: Path, quick: bool = False) -> Path:
             if e["name"] in ("wait for buckets",):
                 lane = "compute"
             key = (e["pid"], lane)
-            if key not in y_of or e["name"] in ("send", "recv", "forward"):
+            if key not in y_of:
                 continue
             y, t = y_of[key], (e["ts"] - start) / 1e3
             if e["ph"] == "X":
                 name = e["name"]
-                colour = {"forward + loss": "#3a6ea5", "backward": "#2a9d8f",
+                colour = {"forward": "#3a6ea5", "backward": "#2a9d8f",
                           "wait for buckets": "#bbbbbb"}.get(name, "#e07a1f")  # fmt: skip
                 height = 0.36 if name == "wait for buckets" else 0.62
                 ax.barh(y, e["dur"] / 1e3, left=t, height=height, color=colour, edgecolor="white")
@@ -104,7 +89,7 @@ def draw(out: Path, quick: bool = False) -> Path:
         "ms since the forward started (one traced step after the bucket rebuild; "
         "▼ = bucket launched; grey = backward waiting for the last all-reduces)"
     )
-    gain = compare(res[0][False][1], res[0][True][1], "overlap off", "overlap on")  # rank 0
+    gain = compare(times[False], times[True], "overlap off", "overlap on")  # rank 0
     why = (
         f"Why the gain is small here ({machine()}): the ranks, their comm threads and gloo's "
         "memory copies share the cores that run backward; on GPUs the all-reduce runs on the "

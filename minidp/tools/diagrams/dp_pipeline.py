@@ -1,9 +1,9 @@
 """``dp_pipeline.png``: one ``minidp.DataParallel`` step, stage by stage, per device.
 
-The step is run through minidp.dp's four functions (scatter, replicate, parallel_apply,
-gather) on 4 simulated devices, each stage traced on the device that does it; below, the
-bytes each stage moves, measured from the tensors: the main device carries (n-1)x what
-any other device does.
+Recorded by ``minidp.tools.recorder.dp`` (what ``demo dp`` prints): scatter, replicate,
+parallel_apply, gather and backward on 4 simulated devices, each stage on the device that
+does it; below, the bytes each stage moves, from the tensors' sizes: the main device
+carries (n-1)x what any other device does.
 
     python -m minidp diagrams --only dp
 
@@ -17,72 +17,32 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from minidp import trace
 from minidp.tools.diagrams.common import pyplot, save_figure
-from minidp.tools.diagrams.workloads import mlp
+from minidp.tools.recorder import mlp
+from minidp.tools.recorder.dp import dp_events
 
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+MAIN = ("scatter", "replicate", "gather", "sum grads")  # the main device's work: its row only
 
 
 def traced_dp_step(n: int = 4, width: int = 512, depth: int = 4, batch: int = 1024):
-    """One DataParallel step through minidp.dp's four functions, each stage traced on the
-    device (track) that does it; returns (events, bytes moved per stage and device)."""
-    from minidp.dp import gather, parallel_apply, replicate, scatter
-
-    devices = ["cpu"] * n
-    model = mlp(width, depth)
+    """One recorded DataParallel step on ``n`` simulated devices: (its stages as spans on the
+    device that does the work, from the step's start; bytes per stage and device crossing
+    to or from the main device, from the rows each got; the parameters' bytes)."""
+    model = mlp(32, *(width,) * depth, 10, act=nn.Tanh)
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(batch, 32, generator=g), torch.randint(0, 10, (batch,), generator=g)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    p_bytes = sum(_nbytes(p) for p in model.parameters())
-    moved: dict[str, list[int]] = {}
-    with trace.recording() as rec:
-        with trace.span("scatter", rank=0):
-            chunks = scatter(x, devices)
-        moved["scatter"] = [0] + [_nbytes(c) for c in chunks[1:]]
-        with trace.span("replicate", rank=0):
-            replicas = replicate(model, devices)
-        moved["replicate"] = [0] + [p_bytes] * (n - 1)
-
-        def timed(i: int):
-            def run(xc):
-                with trace.span("forward", rank=i):
-                    return replicas[i](xc)
-
-            return run
-
-        outs = parallel_apply([timed(i) for i in range(n)], [(c,) for c in chunks], devices=devices)
-        moved["gather"] = [0] + [_nbytes(o) for o in outs[1:]]
-        with trace.span("gather", rank=0):
-            out = gather(outs, "cpu")
-        with trace.span("loss", rank=0):
-            loss = nn.functional.cross_entropy(out, y)
-        # Backward on CPU runs in one autograd thread: time each replica's share from the
-        # gradient reaching its output to its last parameter gradient.
-        first, last = {}, {}
-        for i, o in enumerate(outs):
-            o.register_hook(lambda grad, i=i: first.setdefault(i, trace.now_us()) and None)
-            for m in replicas[i].modules():
-                for key in ("weight", "bias"):
-                    t = vars(m).get(key)
-                    if isinstance(t, torch.Tensor) and t.requires_grad:
-                        t.register_hook(lambda grad, i=i: last.__setitem__(i, trace.now_us()))
-        done = []
-        for p in model.parameters():
-            p.register_post_accumulate_grad_hook(lambda p: done.append(trace.now_us()))
-        loss.backward()
-        for i in range(n):
-            trace.complete("backward", first[i], last[i], lane="compute", rank=i)
-        trace.complete("sum grads", max(last.values()), max(done), lane="compute", rank=0)
-        moved["backward"] = [0] + [_nbytes(o) for o in outs[1:]]  # d loss/d out, per chunk
-        moved["sum grads"] = [0] + [p_bytes] * (n - 1)
-        with trace.span("optimizer step", rank=0):
-            opt.step()
-    events = [e for e in rec.events if e["ph"] == "X" and e["ts"] >= 0]
+    events = dp_events(model, x, y, ["cpu"] * n, loss_fn=nn.functional.cross_entropy)
     t0 = min(e["ts"] for e in events)
-    return [{**e, "ts": e["ts"] - t0} for e in events], moved, p_bytes
+    name = {"parallel_apply": "forward"}  # each replica's forward, on its device's thread
+    spans = [{**e, "name": name.get(e["args"]["stage"], e["args"]["stage"]), "ts": e["ts"] - t0}
+             for e in events if e["pid"] == 0 or e["args"]["stage"] not in MAIN]  # fmt: skip
+    rows = [a["rows"][1] - a["rows"][0] + 1 for a in (e["args"] for e in events)
+            if a["stage"] == "scatter"]  # fmt: skip
+    p_bytes = sum(p.nbytes for p in model.parameters())  # global: DP shards nothing
+    moved = {"scatter": [r * 32 * 4 for r in rows], "replicate": [p_bytes] * n,
+             "gather": [r * 10 * 4 for r in rows], "backward": [r * 10 * 4 for r in rows],
+             "sum grads": [p_bytes] * n}  # fmt: skip
+    return spans, {k: [0] + v[1:] for k, v in moved.items()}, p_bytes
 
 
 STAGE_COLOURS = {  # one colour per stage, none repeated
@@ -90,10 +50,8 @@ STAGE_COLOURS = {  # one colour per stage, none repeated
     "replicate": "#c44e52",
     "forward": "#3a6ea5",
     "gather": "#8172b2",
-    "loss": "#e377c2",
     "backward": "#2a9d8f",
     "sum grads": "#d95f02",
-    "optimizer step": "#66a61e",
 }
 
 

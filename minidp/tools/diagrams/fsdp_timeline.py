@@ -1,9 +1,9 @@
 """``fsdp_timeline.png``: one ``minidp.fully_shard`` training step on 2 rank processes.
 
-Per rank, two rows: compute (each unit's forward and backward, and the waits for an
-all-gather) and communication (each unit's all-gather and reduce-scatter on the
-communication thread; ▼ = the moment an all-gather was issued). Prefetch shows as an
-all-gather issued, and running, while the unit before it still computes.
+Per rank: compute (each unit's forward and backward, the waits for an all-gather) and
+communication (its all-gathers and reduce-scatters; ▼ = an all-gather issued). Prefetch
+shows as an all-gather issued, and running, while the unit before it still computes.
+Recorded by ``minidp.tools.recorder.fsdp``, the run the classroom's FSDP scene shows.
 
     python -m minidp diagrams --only fsdp
 
@@ -12,51 +12,27 @@ Test: ``pytest tests/test_diagrams.py``
 
 from __future__ import annotations
 
-import contextlib
-import time
 from pathlib import Path
 
-import torch
+from torch import nn
 
+from minidp.launch import ProcessWorld
 from minidp.tools.bench.verdict import machine
 from minidp.tools.diagrams.common import AG_ARROW, RS_ARROW, pyplot, save_figure
-from minidp.tools.diagrams.workloads import mlp, rank_data
+from minidp.tools.recorder.fsdp import fsdp_events
 
 COLOURS = {"forward": "#3a6ea5", "backward": "#2a9d8f", "wait": "#bbbbbb"}
 
 
-def _fsdp_timeline_rank(rank: int, world: int, width: int, steps: int) -> dict:
-    import minidp
-    from minidp import trace
-
-    torch.set_num_threads(1)
-    model = mlp(width, 4)  # 5 linear layers: each one FSDP unit, the Sequential the root
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            minidp.fully_shard(layer)
-    minidp.fully_shard(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    times, events = [], []
-    for i, (xb, yb) in enumerate(rank_data(rank, steps, batch=256)):
-        with trace.recording() if i == steps - 1 else contextlib.nullcontext() as rec:
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(xb), yb).backward()
-            opt.step()
-            times.append(time.perf_counter() - t0)
-        if i == steps - 1:
-            events = rec.events
-    return {"events": events, "times": times[1:]}
-
-
 def draw(out: Path, quick: bool = False) -> Path:
     """One traced FSDP step on 2 ranks (the last of a few, so the prefetch order is known)."""
-    from minidp.launch import spawn
-
     plt = pyplot()
     width = 256 if quick else 1024
-    res = spawn(_fsdp_timeline_rank, 2, width, 3 if quick else 6)
-    events = [e for r in res for e in r["events"] if e["name"] not in ("send", "recv")]
+    with ProcessWorld(2, timeout=300) as world:  # 5 linear layers: each one unit
+        events = fsdp_events(world, (32,) + (width,) * 4 + (10,), steps=3 if quick else 6,
+                             batch=256, last=True, act=nn.Tanh, threads=1)  # fmt: skip
+    times = [e["dur"] / 1e6 for e in events if e["name"] == "fsdp step" and e["pid"] == 0]
+    events = [e for e in events if e["name"] != "fsdp step"]
     start = min(e["ts"] for e in events)
     rows = [(rank, lane) for rank in (0, 1) for lane in ("compute", "comm")]
     y_of = {key: i for i, key in enumerate(rows)}
@@ -88,7 +64,7 @@ def draw(out: Path, quick: bool = False) -> Path:
         "RS = reduce-scatter, ▼ = all-gather issued,\n"
         "grey = compute waiting for an all-gather (at the end: for the reduce-scatters)"
     )
-    step_ms = sorted(res[0]["times"])[len(res[0]["times"]) // 2] * 1e3
+    step_ms = sorted(times[1:])[len(times[1:]) // 2] * 1e3
     fig.suptitle(
         f"minidp.fully_shard on 2 rank processes (gloo): 5 linear units of width {width}, "
         f"median step {step_ms:.0f} ms\n"

@@ -1,11 +1,11 @@
 """``memory_stages.png``: what each rank holds after one AdamW step, stage by stage.
 
 Stacked bars per rank — weights, gradients, DDP's flat gradient buckets, optimizer state —
-read from the real tensors (``minidp.tools.planner.memory.measure``) after one step of DDP, ZeRO-1,
-ZeRO-2 and, where ``minidp.fsdp`` is present, FSDP, at 2 and 4 thread-ranks; a black tick
-marks the ZeRO paper's formula for the stage (fp32 AdamW: p = g = 4, K = 8) plus the
-buckets: with torch's default ``gradient_as_bucket_view=False`` DDP and ZeRO-1 (which runs
-on DDP) keep a second gradient copy there, 4 bytes per parameter — 20 in all, not 16.
+measured after a step of DDP, ZeRO-1, ZeRO-2 and FSDP at 2 and 4 thread-ranks
+(``minidp.tools.recorder.memory``: the classroom's memory scene); a black tick marks the
+ZeRO paper's formula for the stage (fp32 AdamW: p = g = 4, K = 8) plus DDP's buckets: with
+torch's default ``gradient_as_bucket_view=False`` DDP and ZeRO-1 keep a second gradient copy
+there, 20 bytes per parameter in all, not 16.
 
     python -m minidp diagrams --only memory
 
@@ -14,74 +14,43 @@ Test: ``pytest tests/test_diagrams.py``
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-import torch
-from torch import nn
-
 from minidp.tools.diagrams.common import pyplot, save_figure
+from minidp.tools.planner import plan
+from minidp.tools.recorder import Threads, mlp
+from minidp.tools.recorder.memory import STAGES, memory_events
 
-COLOURS = {
-    "weights": "#4c72b0",
-    "grads": "#dd8452",
-    "DDP's gradient buckets": "#c44e52",
-    "optimizer": "#55a868",
+PARTS = {  # the legend's name: (the memory event's field, its colour)
+    "weights": ("params", "#4c72b0"),
+    "grads": ("grads", "#dd8452"),
+    "DDP's gradient buckets": ("buckets", "#c44e52"),
+    "optimizer": ("optimizer", "#55a868"),
 }
-
-
-def _model(width: int) -> nn.Module:
-    torch.manual_seed(0)
-    layers = [m for _ in range(4) for m in (nn.Linear(width, width), nn.ReLU())]
-    return nn.Sequential(*layers, nn.Linear(width, 10))
-
-
-def _measure_rank(rank: int, world: int, model: nn.Module, stages: list[str]) -> dict:
-    from minidp.tools.planner.stages import step_and_measure
-
-    g = torch.Generator().manual_seed(rank)
-    x, y = torch.randn(8, model[0].in_features, generator=g), torch.randint(0, 10, (8,))
-    loss = nn.functional.cross_entropy
-    return {s: step_and_measure(s, model, x, y, loss, torch.optim.AdamW, lr=1e-3) for s in stages}
 
 
 def draw(out: Path, quick: bool = False) -> Path:
     """Stacked per-rank bytes by stage at W = 2 and 4; ``quick``: a smaller model."""
-    from minidp.launch import run_threads
-    from minidp.tools.planner import plan
-
     plt = pyplot()
-    model = _model(64 if quick else 256)
-    numel = sum(p.numel() for p in model.parameters())
-    stages = ["ddp", "zero1", "zero2"]
-    if importlib.util.find_spec("minidp.fsdp") is not None:
-        stages.append("fsdp")
-    worlds = (2, 4)
+    sizes = (64 if quick else 256,) * 5 + (10,)
+    numel = sum(p.numel() for p in mlp(*sizes).parameters())
+    stages, worlds = STAGES, (2, 4)
     fig, axes = plt.subplots(1, len(worlds), figsize=(12, 4.6), sharey=True)
     kib = 1024
     for ax, world in zip(axes, worlds):
-        results = run_threads(_measure_rank, world, model, stages, timeout=120.0)
+        after = {(e["args"]["stage"], e["pid"]): e["args"]  # what each rank holds after a step
+                 for e in memory_events(Threads(world), sizes)
+                 if e["name"] == "memory" and e["args"]["point"] == "after step"}  # fmt: skip
         x, labels = 0.0, []
         for stage in stages:
             left = x
-            for rank, res in enumerate(results):
-                u = res[stage]
+            for rank in range(world):
                 bottom = 0.0
-                for part, value in (
-                    ("weights", u.params),
-                    ("grads", u.grads),
-                    ("DDP's gradient buckets", u.buckets),
-                    ("optimizer", u.optimizer),
-                ):
-                    ax.bar(
-                        x,
-                        value / kib,
-                        bottom=bottom,
-                        color=COLOURS[part],
-                        width=0.8,
-                        label=part if (stage, rank) == ("ddp", 0) else None,
-                    )
-                    bottom += value / kib
+                for part, (field, colour) in PARTS.items():
+                    value = after[(stage, rank)][field] / kib
+                    label = part if (stage, rank) == ("ddp", 0) else None
+                    ax.bar(x, value, bottom=bottom, color=colour, width=0.8, label=label)
+                    bottom += value
                 labels.append((x, f"r{rank}"))
                 x += 1
             formula = sum(plan.stage_bytes(stage, numel, world, 4, 4, 8))

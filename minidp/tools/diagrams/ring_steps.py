@@ -1,8 +1,7 @@
 """``ring_steps.png``: the book's ring all-reduce on 4 thread-ranks, one panel per step.
 
-Replayed from the messages a tapped group logged — the same run as
-``python -m minidp demo ring`` — and drawn as a rank x chunk grid: what arrived, what is
-final, and an arrow per message.
+``demo ring``'s run (``minidp.tools.recorder.ring``), drawn as a rank x chunk grid: what
+arrived, what is final, and an arrow per message.
 
     python -m minidp diagrams --only ring
 
@@ -15,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from minidp.tools.demo import ring
+from minidp.tools.demo.ring import record_ring
+from minidp.tools.demo.ring_view import REDUCE_SCATTER
 from minidp.tools.diagrams.common import (
     AG_ARROW,
     ARRIVED,
@@ -32,7 +32,7 @@ def draw(out: Path, quick: bool = False) -> Path:
     changes nothing)."""
     plt = pyplot()
     world, numel = 4, 4
-    run = ring.record_ring(world, numel)
+    run = record_ring(world, numel)
     final = run.grid(run.outputs)
     panels = [("start: each rank's own numbers", None, run.grid(run.inputs))]
     for s in run.steps:
@@ -58,7 +58,7 @@ def draw(out: Path, quick: bool = False) -> Path:
                 colour = ARRIVED if (r, c) in arrived and not done else (FINAL if done else IDLE)
                 edge, lw = ("#9aa5b1", 0.8)
                 if (r, c) in arrived:  # a thick frame in the arrow's colour: what moved
-                    edge, lw = (RS_ARROW if step.phase == ring.REDUCE_SCATTER else AG_ARROW), 2.4
+                    edge, lw = (RS_ARROW if step.phase == REDUCE_SCATTER else AG_ARROW), 2.4
                 ax.add_patch(
                     plt.Rectangle((x0, r * ch + 0.04), cw, ch - 0.08, fc=colour, ec=edge, lw=lw)
                 )
@@ -70,7 +70,7 @@ def draw(out: Path, quick: bool = False) -> Path:
         for r in range(world):
             ax.text(-0.85, r * ch + ch / 2, f"rank {r}", va="center", fontsize=8.5)
         if step:
-            colour = RS_ARROW if step.phase == ring.REDUCE_SCATTER else AG_ARROW
+            colour = RS_ARROW if step.phase == REDUCE_SCATTER else AG_ARROW
             for m in step.moves:
                 x = m.chunk * (cw + gap) + gap * 0.5
                 y0, y1 = m.src * ch + ch / 2, m.dst * ch + ch / 2
@@ -80,10 +80,8 @@ def draw(out: Path, quick: bool = False) -> Path:
                                 "shrinkA": 2, "shrinkB": 2},
                 )  # fmt: skip
 
-    order = [0, 1, 2, 3, 4, 5, 6]
-    for k, idx in enumerate(order):
-        ax = axes[k // cols][k % cols]
-        draw(ax, *panels[idx])
+    for k, panel in enumerate(panels):
+        draw(axes[k // cols][k % cols], *panel)
     legend_ax = axes[1][cols - 1]
     legend_ax.axis("off")
     items = [
@@ -96,12 +94,11 @@ def draw(out: Path, quick: bool = False) -> Path:
             plt.Rectangle((0.02, 0.86 - i * 0.1), 0.1, 0.07, fc=colour, ec="#9aa5b1")
         )
         legend_ax.text(0.16, 0.895 - i * 0.1, text, va="center", fontsize=9)
-    legend_ax.annotate("", xy=(0.12, 0.54), xytext=(0.02, 0.54),
-                       arrowprops={"arrowstyle": "-|>", "color": RS_ARROW, "lw": 1.6})  # fmt: skip
-    legend_ax.text(0.16, 0.54, "reduce-scatter: receiver adds its piece", va="center", fontsize=9)
-    legend_ax.annotate("", xy=(0.12, 0.45), xytext=(0.02, 0.45),
-                       arrowprops={"arrowstyle": "-|>", "color": AG_ARROW, "lw": 1.6})  # fmt: skip
-    legend_ax.text(0.16, 0.45, "all-gather: receiver keeps a copy", va="center", fontsize=9)
+    for y, colour, text in ((0.54, RS_ARROW, "reduce-scatter: receiver adds its piece"),
+                            (0.45, AG_ARROW, "all-gather: receiver keeps a copy")):  # fmt: skip
+        arrow = {"arrowstyle": "-|>", "color": colour, "lw": 1.6}
+        legend_ax.annotate("", xy=(0.12, y), xytext=(0.02, y), arrowprops=arrow)
+        legend_ax.text(0.16, y, text, va="center", fontsize=9)
     s = numel * run.inputs[0].element_size()
     legend_ax.text(
         0.02,

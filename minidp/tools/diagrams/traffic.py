@@ -1,8 +1,9 @@
 """``traffic.png``: bytes per rank, parameter server vs ring, as the world grows.
 
-Measured with ``minidp.comm.count_traffic`` on thread-ranks over real gloo send/recv,
-minus the header check (measured on its own): the server's link grows with n, the
-ring's levels off below 2·S, and the total is the same.
+Every message of the engine's parameter server and ring on thread-ranks, recorded
+(``minidp.tools.recorder.ring.traffic_events``: the classroom's traffic scene), the header
+check apart: the server's link grows with n, the ring's levels off below 2·S, and the
+total is the same.
 
     python -m minidp diagrams --only traffic
 
@@ -13,37 +14,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from minidp.tools.diagrams.common import AG_ARROW, pyplot, save_figure
+from minidp.tools.recorder import Threads
+from minidp.tools.recorder.ring import traffic_events
 
 
-def _traffic_rank(rank: int, world: int, numel: int) -> dict:
-    from minidp import comm
-
-    out = {}
-    for name, fn in (("ring", comm.ring_all_reduce), ("server", comm.naive_all_reduce)):
-        x = torch.ones(numel)
-        with comm.count_traffic() as t:
-            fn(x)
-        with comm.count_traffic() as header:  # the header check alone, to subtract
-            comm.barrier()
-        out[name] = t.sent_bytes - header.sent_bytes
-    return out
+def _sent(world: int, numel: int) -> list[dict]:
+    """Per rank, the data bytes it sent (headers apart) under each algorithm, recorded."""
+    sent = [{"ring": 0, "server": 0} for _ in range(world)]
+    for e in traffic_events(Threads(world), numel):
+        if e["name"] == "traffic message" and not e["args"]["header"]:
+            algorithm = "ring" if e["args"]["algorithm"] == "ring" else "server"
+            sent[e["pid"]][algorithm] += e["args"]["bytes"]
+    return sent
 
 
 def draw(out: Path, quick: bool = False) -> Path:
     """Bytes sent per rank (and in total) as the world grows: server vs ring; ``quick``:
     three world sizes."""
-    from minidp.launch import run_threads
-
     plt = pyplot()
     numel = 256 * 1024  # S = 1 MiB of float32
     s = numel * 4
     worlds = [2, 4, 8] if quick else [2, 3, 4, 6, 8, 12, 16]
     server0, server_other, ring_max, totals = [], [], [], {"ring": [], "server": []}
     for n in worlds:
-        res = run_threads(_traffic_rank, n, numel, timeout=120.0)
+        res = _sent(n, numel)
         server0.append(res[0]["server"] / s)
         server_other.append(max(r["server"] for r in res[1:]) / s)
         ring_max.append(max(r["ring"] for r in res) / s)
@@ -72,8 +67,8 @@ def draw(out: Path, quick: bool = False) -> Path:
     b.legend(fontsize=9)
     b.grid(alpha=0.3)
     fig.suptitle(
-        f"All-reduce of S = {s // 2**20} MiB, measured with minidp.comm.count_traffic "
-        "(ranks as threads, real gloo send/recv)",
+        f"All-reduce of S = {s // 2**20} MiB, every message recorded through a tapped group "
+        "(ranks as threads, real gloo send/recv; headers apart)",
         fontsize=11,
     )
     return save_figure(fig, out / "traffic.png", rect=(0, 0, 1, 0.94))

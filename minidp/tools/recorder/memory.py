@@ -1,25 +1,17 @@
-"""Record memory per rank over one step, for real: DDP, ZeRO-1, ZeRO-2 and FSDP.
+"""Record memory per rank through a step, for real: DDP, ZeRO-1, ZeRO-2 and FSDP.
 
+    python -m minidp diagrams --only memory
     python -m minidp classroom --no-serve --only memory --out /tmp/cls
 
-On ``world`` thread-ranks (bytes, not time, are what this scene shows: threads are
-enough), the same MLP is trained under DDP, ZeRO-1, ZeRO-2 and FSDP
-(``minidp.tools.planner.stages.build``). The first step runs unrecorded: it allocates the
-optimizer state, which every later step holds from its start (the ZeRO paper's steady
-state). Of the second step, what each rank holds is measured from the real tensors
-(``minidp.tools.planner.memory.measure``: parameters, gradients, optimizer state, DDP's
-buckets, a DTensor shard's local bytes) after ``zero_grad`` (the step's start), after
-forward, after backward and after the optimizer step — one ``memory`` event per rank per
-point — and, under DDP, ZeRO-1 and ZeRO-2, each time a gradient lands in backward
-(``memory grad``: a post-accumulate-grad hook per parameter). ZeRO-1's events also name
-the parameters whose optimizer state the rank owns (whole tensors: why its ranks can
-differ). Under FSDP, what ``measure`` cannot see — each unit's all-gather buffer and
-gathered full parameters, its full gradients and the reduce-scatter's input, which come
-and go inside forward and backward — is noted at every change (``memory gather start``,
-``memory gathered``, ``memory freed``, ``memory grads``, ``memory reduce start``,
-``memory reduced``; ``rec_fsdp.observe``).
+Thread-ranks (bytes, not time) train the same MLP under each stage (``planner.stages``);
+the first step allocates the optimizer state (the steady state from then on). Of the
+second, what each rank holds is measured from the real tensors (``planner.memory.measure``)
+at 4 points (``memory``) and, under DDP and ZeRO, as each gradient lands (``memory grad``);
+ZeRO-1's name the parameters whose state the rank owns (whole tensors: why ranks differ).
+Under FSDP, what ``measure`` cannot see — buffers, gathered units, full gradients — is
+noted at every change (``memory gathered`` ...: ``fsdp.observe``).
 
-Test: ``pytest tests/test_classroom.py``
+Test: ``pytest tests/test_classroom.py tests/test_diagrams.py``
 """
 
 from __future__ import annotations
@@ -28,9 +20,9 @@ import torch
 from torch import nn
 
 from minidp import trace
-from minidp.tools.classroom.rec_fsdp import mlp, observe
+from minidp.tools.recorder import instant, mlp
+from minidp.tools.recorder.fsdp import observe
 
-LANE = "classroom"
 STAGES = ("ddp", "zero1", "zero2", "fsdp")
 POINTS = ("step start", "after forward", "after backward", "after step")
 
@@ -45,14 +37,14 @@ def _owned(wrapped, opt) -> list:
     return [[names[id(p)], p.numel()] for g in local.param_groups for p in g["params"]]  # global
 
 
-def _memory_rank(rank: int, world: int, width: int) -> list[dict]:
+def _memory_rank(rank: int, world: int, sizes: tuple) -> list[dict]:
     from minidp.fsdp.wrap import unit_of
     from minidp.tools.planner.memory import measure
     from minidp.tools.planner.stages import build, train_step
 
-    model = mlp(width)
+    model = mlp(*sizes)
     g = torch.Generator().manual_seed(rank)
-    x, y = torch.randn(16, width, generator=g), torch.randn(16, 4, generator=g)
+    x, y = torch.randn(16, sizes[0], generator=g), torch.randn(16, sizes[-1], generator=g)
     events = []
 
     def note(stage: str, point: str, wrapped, opt, name: str = "memory", **more) -> None:
@@ -61,8 +53,7 @@ def _memory_rank(rank: int, world: int, width: int) -> list[dict]:
                 "optimizer": u.optimizer, "buckets": u.buckets, **more}  # fmt: skip
         if stage == "zero1" and name == "memory":
             args["owned"] = _owned(wrapped, opt)
-        events.append({"name": name, "ph": "i", "s": "t", "ts": trace.now_us(),
-                       "pid": rank, "tid": LANE, "args": args})  # fmt: skip
+        events.append(instant(name, trace.now_us(), rank, **args))
 
     def step(stage: str, wrapped, opt) -> None:
         opt.zero_grad(set_to_none=True)
@@ -96,11 +87,8 @@ def _memory_rank(rank: int, world: int, width: int) -> list[dict]:
     return events + [e for e in rec.events if e["pid"] == rank and e["name"].startswith("memory ")]
 
 
-def memory_events(world: int, width: int = 64) -> list[dict]:
-    """Measured model-state bytes per rank at 4 points of a step per stage, at each gradient
-    in backward, and FSDP's transient buffers, full parameters and gradients in between."""
-    from minidp.launch import run_threads
-
-    if world < 2:
-        raise ValueError(f"classroom memory: --ddp-world-size must be at least 2, got {world}")
-    return [e for r in run_threads(_memory_rank, world, width, timeout=60.0) for e in r]
+def memory_events(world, sizes: tuple) -> list[dict]:
+    """Measured model-state bytes per rank of ``mlp(*sizes)`` at 4 points of a step per stage,
+    at each gradient in backward, and FSDP's transient buffers, full parameters and gradients
+    in between; ``world``: thread-ranks, :class:`~minidp.tools.recorder.Threads`."""
+    return [e for r in world.run(_memory_rank, sizes, timeout=120.0) for e in r]
