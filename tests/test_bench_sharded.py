@@ -13,7 +13,7 @@ import struct
 
 import pytest
 
-from minidp.tools.bench import fsdp, phases, scaling, zero
+from minidp.tools.bench import abba, fsdp, scaling, zero
 
 FSDP2 = zero.no_fsdp2() is None
 VERDICT = r"target <= \d\.\d\dx: (meets it|misses it|inconclusive) \("
@@ -30,7 +30,7 @@ def test_bench_zero_quick_prints_a_verdict_and_phases_per_pair(capsys):
         section = out.split(f"\n{label}:\n", 1)[1]  # its phase table, torch's side first
         for phase in ("forward", "backward", "step", "total"):
             assert re.search(rf"^  {phase} +\d+\.\d +\d+\.\d   \d+\.\d\dx$", section, re.M), phase
-    assert "HSDP          skipped: needs an even --world-size >= 4" in out
+    assert f"{'HSDP':<14} skipped: needs an even --world-size >= 4" in out  # the table's column
     assert "ZeRO-2 (reduce-scatter + all-gather)" in out  # the bytes section stays
 
 
@@ -100,7 +100,7 @@ def test_phase_table_reads_medians_and_the_ratio_of_the_second_side():
         "torch": [[0.010, 0.020, 0.030], [0.012, 0.022, 0.032], [0.090, 0.020, 0.030]],
         "minidp": [[0.011, 0.040, 0.030], [0.013, 0.044, 0.036], [0.012, 0.042, 0.033]],
     }
-    rows = {line.split()[0]: line.split()[1:] for line in phases.format_phases(times)[3:]}
+    rows = {line.split()[0]: line.split()[1:] for line in abba.format_phases(times)[3:]}
     assert rows["forward"] == ["12.0", "12.0", "1.00x"]
     assert rows["backward"] == ["20.0", "42.0", "2.10x"]
     assert rows["step"] == ["30.0", "33.0", "1.10x"]

@@ -40,13 +40,21 @@ from minidp.fsdp.shard import shard_rows as rows_per_rank
 from minidp.launch import run_threads
 from minidp.tools.planner import plan, plan_cli
 from minidp.tools.planner.activations import layer_bytes, logits_bytes, stack_bytes
-from minidp.tools.planner.memory import expected, measure
+from minidp.tools.planner.memory import Usage, measure
 from minidp.tools.planner.stages import step_and_measure, step_traffic, train_step
 from minidp.tools.planner.units import DTYPES as UNIT_DTYPES
 from minidp.tools.planner.units import units
 from minidp.zero.partition import partition_parameters
 
 STAGES = ["ddp", "zero1", "zero2"]
+
+
+def expected(stage: str, numel, world: int, p: int, g: int, k: float, buckets=False) -> Usage:
+    """The paper's formula for ``stage`` as a ``Usage`` (``plan.stage_bytes``), plus DDP's
+    buckets if ``buckets`` (DDP and ZeRO-1 with ``gradient_as_bucket_view=False``)."""
+    params, grads, opt = plan.stage_bytes(stage, numel, world, p, g, k)
+    b = plan.bucket_bytes(stage, numel, g) if buckets else 0
+    return Usage(round(params), round(grads), round(opt), round(b))
 
 
 @pytest.fixture(scope="module")

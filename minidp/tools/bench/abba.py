@@ -2,22 +2,25 @@
 
     from minidp.tools.bench.abba import abba_block, sequential
     s = sequential(lambda: abba_block(torch_step, minidp_step), "torch", "minidp", target=1.05)
-    print(s.sentence())
+    print(s.sentence())      # ratio, 95% interval, blocks, verdict vs 1.0 and vs the target
 
-Inside rank processes (``bench zero``, ``bench fsdp``) use :func:`run_pair`: every step
-starts after a barrier, each block's four times are replaced by the slowest rank's (one
-all-reduce MAX), and so every rank sees the same numbers and stops after the same block —
-a rank deciding from its own clock could stop one block early and leave the others
-waiting in a collective. The statistics (interval, stop rule, verdicts) live in
-``verdict.py``.
+A, B, B, A: ``ratio = (B1 + B2) / (A1 + A2)``, which a load rising or falling steadily
+through the block does not tilt. Inside rank processes use :func:`run_pair`: every step
+after a barrier, each block's times the slowest rank's (all-reduce MAX), so every rank
+sees the same numbers and stops after the same block (a rank deciding from its own clock
+could leave the others waiting in a collective). The statistics live in ``verdict.py``.
+Where a gap is (``--breakdown``): :func:`take_turns` times forward (with ``zero_grad`` and
+the loss), backward and the optimizer step apart, the sides taking turns; communication
+lands in the phase whose call waits for it (DDP's all-reduce in backward, ZeRO's
+broadcast or all-gather in the step, FSDP's all-gathers in forward and backward).
 
 Test: ``pytest tests/test_verdict.py`` (synthetic blocks, no clocks);
-``pytest tests/test_bench_sharded.py`` (the benches, in rank processes).
+``pytest tests/test_bench_sharded.py`` (the benches, in rank processes; the phase table).
 """
 
 from __future__ import annotations
 
-import argparse
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -152,34 +155,51 @@ def run_pair(
     return sequential(measure, a, b, target=target, on_block=progress, **options)
 
 
-def add_arguments(parser: argparse.ArgumentParser, budget: float) -> None:
-    """The stop rule's options, shared by the benches that use :func:`run_pair`."""
-    parser.add_argument(
-        "--halfwidth", type=float, default=0.03, help="stop when the 95%% interval is ±this"
-    )
-    parser.add_argument("--min-blocks", type=int, default=5, help="ABBA blocks at least")
-    parser.add_argument("--max-blocks", type=int, default=30, help="ABBA blocks at most")
-    parser.add_argument(
-        "--budget", type=float, default=budget, help="step seconds per pair at most"
-    )
+# ---- a step split into its phases: where a gap is ----------------------------------------
+
+PHASES = ("forward", "backward", "step")
 
 
-def options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
-    """The stop rule's keyword arguments from ``args``; a bad value is a usage error."""
-    if not (0 < args.halfwidth < 1):
-        parser.error(
-            f"--halfwidth: expected a fraction in (0, 1) such as 0.03, got {args.halfwidth}"
-        )
-    if not (1 <= args.min_blocks <= args.max_blocks):
-        parser.error(
-            f"--min-blocks/--max-blocks: expected 1 <= min <= max, got {args.min_blocks} "
-            f"and {args.max_blocks}"
-        )
-    if args.budget <= 0:
-        parser.error(f"--budget: expected positive seconds, got {args.budget}")
-    return {
-        "halfwidth": args.halfwidth,
-        "min_blocks": args.min_blocks,
-        "max_blocks": args.max_blocks,
-        "budget_s": args.budget,
-    }
+def time_phases(net: nn.Module, opt, x, y) -> list[float]:
+    """One step, its three phases' seconds (after a barrier, so ranks start together)."""
+    dist.barrier()
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(net(x), y)
+    t1 = time.perf_counter()
+    loss.backward()
+    t2 = time.perf_counter()
+    opt.step()
+    return [t1 - t0, t2 - t1, time.perf_counter() - t2]
+
+
+def take_turns(sides: dict[str, tuple], x, y, steps: int) -> dict[str, list[list[float]]]:
+    """``{name: [[forward, backward, step] per step]}`` at the slowest rank, for
+    ``sides = {name: (net, opt)}``, one step of each side in turn, ``steps`` times."""
+    times: dict[str, list[list[float]]] = {name: [] for name in sides}
+    for _ in range(steps):
+        for name, (net, opt) in sides.items():
+            times[name].append(slowest_rank(time_phases(net, opt, x, y)))
+    return times
+
+
+def format_phases(times: dict[str, list[list[float]]], indent: str = "  ") -> list[str]:
+    """Lines of a table: one row per phase, median ms per side, and the second side's over
+    the first's where there are two (torch's first, minidp's second)."""
+    sides = list(times)
+    steps = len(times[sides[0]])
+    lines = [
+        f"{indent}phases, median ms at the slowest rank ({steps} steps each, sides taking turns;",
+        f"{indent}  forward includes zero_grad and the loss):",
+        f"{indent}{'phase':<10}"
+        + "".join(f"{n:>24}" for n in sides)
+        + ("   ratio" if len(sides) == 2 else ""),
+    ]
+    for i, phase in enumerate((*PHASES, "total")):
+        if phase == "total":
+            med = [statistics.median(sum(t) for t in times[n]) * 1e3 for n in sides]
+        else:
+            med = [statistics.median(t[i] for t in times[n]) * 1e3 for n in sides]
+        ratio = f"   {med[1] / med[0]:.2f}x" if len(med) == 2 else ""
+        lines.append(f"{indent}{phase:<10}" + "".join(f"{m:>24.1f}" for m in med) + ratio)
+    return lines

@@ -2,24 +2,16 @@
 
 Run: ``python -m minidp bench allreduce`` (``--quick`` for a short run, ``--help``).
 
-Compared, for each world size (real processes, gloo) and tensor size: gloo's
-``all_reduce``; minidp's ``all_reduce`` ("auto": one exchange up to 1 MiB at 2 ranks and
-256 KiB from 3, the ring above); the ring alone (``ring_all_reduce``); the parameter
-server (``naive_all_reduce``). They take turns repetition by repetition (so background
-load hits all alike); each repetition starts after a barrier and counts the slowest rank.
-Reported: median time, algorithm bandwidth ``algbw = bytes / time``, bus bandwidth
-``busbw = algbw · 2(n-1)/n`` (the nccl-tests formula: the bytes each rank's link really
-carries for an all-reduce), and each minidp time over gloo's as the median of the
-per-repetition ratios with their middle half (first to third quartile,
-``minidp.tools.bench.verdict``): a ratio whose spread straddles a goal neither meets nor
-misses it on this machine.
-
-The check (every collective's header, ``minidp/comm/headers.py``): each repetition also
-times the algorithm's data pass alone, with no header — the direct exchange
-(``direct.direct_pass``) or the ring (``ring.gloo_ring``) — and the "check" columns are
-the per-repetition differences (all-reduce minus its pass alone): microseconds per call,
-middle half, and their share of the all-reduce's time. ``--breakdown`` also prints the
-passes' own rows. Last, the goals the README names (world size 2) get a verdict.
+Per world size (processes, gloo) and size: gloo's ``all_reduce``; minidp's ``all_reduce``
+("auto": one exchange up to 1 MiB at 2 ranks and 256 KiB from 3, the ring above); the ring
+alone; the parameter server — taking turns repetition by repetition (:func:`time_in_turns`).
+Reported: median time, ``algbw = bytes / time``, ``busbw = algbw · 2(n-1)/n`` (nccl-tests:
+what each rank's link carries), and each time over gloo's as the median of per-repetition
+ratios with their middle half (``verdict.py``): a spread that straddles a goal neither
+meets nor misses it. The check (every collective's header): each repetition also times the
+data pass alone (the direct exchange or the ring, no header); the "check" columns are the
+per-repetition differences, in µs and as a share. ``--breakdown``: the passes' rows too.
+Last, the README's goals (world size 2) get a verdict.
 """
 
 from __future__ import annotations
@@ -42,22 +34,13 @@ from minidp.tools.bench.args import positive_float, positive_int, world_size
 from minidp.tools.bench.verdict import MIN_PAIRS, compare
 
 KIB = 1024
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
-
-
-KIB = 1024
 # the goals for "auto" against gloo at world size 2 (bytes -> most time vs gloo's)
 GOALS = {16 * KIB: 1.6, 1 << 20: 1.3, 64 << 20: 1.1}
 PASS = {"auto": "direct pass", "ring": "ring pass"}  # what each checked all-reduce runs
 
 
-def _fmt_bytes(n: int) -> str:
+def fmt_bytes(n: int) -> str:
+    """``4096`` -> ``"4 KiB"``: the sizes the benches measure are powers of two."""
     for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n // scale} {unit}"
@@ -71,12 +54,33 @@ def _direct_pass(t: torch.Tensor, g) -> None:
     direct.direct_pass(t, chunks, g, "sum")
 
 
+def time_in_turns(ops: dict, x: torch.Tensor, budget_s: float, max_reps: int) -> dict:
+    """``{name: seconds per repetition}``: each op on a fresh copy of ``x``, in turn,
+    repetition by repetition (background load hits all alike), each after a barrier and
+    counted at the slowest rank; at least ``MIN_PAIRS`` repetitions, then until
+    ``budget_s`` or ``max_reps``."""
+    times: dict = {a: [] for a in ops}
+    reps = 0
+    # Stop on the summed slowest-rank times, which are the same number on every rank:
+    # a rank's own clock could stop it one repetition early and desync the others.
+    while reps < max_reps and (reps < MIN_PAIRS or sum(map(sum, times.values())) < budget_s):
+        for algo, op in ops.items():
+            t = x.clone()
+            dist.barrier()
+            t0 = time.perf_counter()
+            op(t)
+            dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the slowest rank sets the time
+            times[algo].append(float(dt))
+        reps += 1
+    return times
+
+
 def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps: int) -> dict:
     """Rank function: time every algorithm on every size; rank 0 reports progress."""
     results = {}
     g = groups.resolve()
     for nbytes in sizes:
-        x = torch.randn(nbytes // 4)
         ops = {
             "gloo": lambda t: dist.all_reduce(t),
             "auto": lambda t: minidp.comm.all_reduce(t),
@@ -86,28 +90,12 @@ def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps:
         }
         if nbytes <= direct.small_bytes(world):  # where "auto" runs the direct exchange
             ops["direct pass"] = lambda t: _direct_pass(t, g)
-        times: dict[str, list[float]] = {a: [] for a in ops}
-        reps = 0
-        # Stop on the summed slowest-rank times, which are the same number on every rank:
-        # a rank's own clock could stop it one repetition early and desync the others.
-        while reps < max_reps and (reps < MIN_PAIRS or sum(map(sum, times.values())) < budget_s):
-            for algo in ops:
-                t = x.clone()
-                dist.barrier()
-                t0 = time.perf_counter()
-                ops[algo](t)
-                dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-                dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # the slowest rank sets the time
-                times[algo].append(float(dt))
-            reps += 1
-        results[nbytes] = times
+        times = results[nbytes] = time_in_turns(ops, torch.randn(nbytes // 4), budget_s, max_reps)
         if rank == 0:
             line = "  ".join(f"{a} {statistics.median(times[a]) * 1e3:7.2f} ms" for a in times)
-            print(
-                f"  [{world} ranks] {_fmt_bytes(nbytes):>8}: {line}  ({reps} reps)",
-                file=sys.stderr,
-                flush=True,
-            )
+            reps = len(times["gloo"])
+            print(f"  [{world} ranks] {fmt_bytes(nbytes):>8}: {line}  ({reps} reps)",
+                  file=sys.stderr, flush=True)  # fmt: skip
     return results
 
 
@@ -139,7 +127,7 @@ def table(results: dict[int, dict[int, dict[str, list[float]]]], breakdown: bool
                 c = compare(times["gloo"], times[algo], "gloo", algo)
                 check = " | ".join(check_cost(times, algo)) if algo in PASS else "— | —"
                 lines.append(
-                    f"| {world} | {_fmt_bytes(nbytes)} | {algo} | {t * 1e3:.2f} | {algbw:.2f} | "
+                    f"| {world} | {fmt_bytes(nbytes)} | {algo} | {t * 1e3:.2f} | {algbw:.2f} | "
                     f"{busbw:.2f} | {c.ratio:.2f}x ({c.low:.2f}–{c.high:.2f}) | {check} |"
                 )
     return "\n".join(lines)
@@ -164,7 +152,7 @@ def goals(results: dict[int, dict[int, dict[str, list[float]]]]) -> list[str]:
             verdict = "inconclusive on this machine (the middle half straddles the goal)"
         cost, share = check_cost(times, "auto")
         lines.append(
-            f"  2 ranks, {_fmt_bytes(nbytes):>6}: all_reduce {c.ratio:.2f}x gloo "
+            f"  2 ranks, {fmt_bytes(nbytes):>6}: all_reduce {c.ratio:.2f}x gloo "
             f"({c.low:.2f}–{c.high:.2f}, {c.pairs} reps), goal <= {goal}x: {verdict}; "
             f"the check {cost} µs per call, {share} of the time"
         )
@@ -200,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"all-reduce benchmark on {platform.machine()} with {os.cpu_count()} CPU cores, "
         f"torch {torch.__version__}, float32, gloo over loopback; sizes "
-        f"{_fmt_bytes(sizes[0])}..{_fmt_bytes(sizes[-1])}, worlds {args.worlds}; load average "
+        f"{fmt_bytes(sizes[0])}..{fmt_bytes(sizes[-1])}, worlds {args.worlds}; load average "
         f"{os.getloadavg()[0]:.1f} (above the core count, other work shares the CPU: read the "
         "middle halves)",
         flush=True,

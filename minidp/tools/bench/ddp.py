@@ -4,22 +4,14 @@
     python -m minidp bench ddp --rounds 5 --steps 20    # steadier numbers
     python -m minidp bench ddp --quick                  # a few seconds, small model
 
-Rows (each rank: forward + cross-entropy + backward + SGD step on an MLP of ~8.4 M
-parameters, ``--batch`` samples per rank, gloo on loopback):
-
-* **torch DDP**: ``torch.nn.parallel.DistributedDataParallel``, default 25 MiB buckets;
-* **minidp DDP (ring)**: same buckets, gradients all-reduced during backward;
-* **minidp DDP, no overlap**: the same buckets launched only after backward (``overlap=False``);
-* **minidp DDP, naive**: parameter-server all-reduce instead of the ring;
-* **single process**: the plain model, no communication (the floor).
-
-Then the sweep of the PyTorch DDP paper: step time against ``bucket_cap_mb`` for both.
-
-Rows take turns step by step (the machine may be busy with other work; taking turns
-spreads that over all rows alike) and the median step is reported. Every rank sets one intra-op
-thread, as torchrun does, so ranks do not fight over cores. On one small machine the
-ranks *share* its cores, so compute and communication compete: overlap gains less than
-on separate machines. Read the ratios, not the absolute times.
+Rows, each rank forward + cross-entropy + backward + SGD on an MLP of ~8.4 M parameters
+(``--batch`` samples per rank, gloo): **torch DDP** (25 MiB buckets); **minidp DDP** (the
+same buckets, all-reduced during backward); **no overlap** (launched after backward);
+**naive** (the parameter server's all-reduce); **single process** (no communication: the
+floor); then the DDP paper's sweep, step time against ``bucket_cap_mb`` for both. Rows take
+turns step by step and the median is reported; one intra-op thread per rank, as torchrun
+sets. The ranks share one machine's cores, so compute and communication compete: overlap
+gains less than on separate machines. Read the ratios, not the absolute times.
 
 Not a test (numbers depend on the machine); ``pytest tests/test_ddp_misc.py -k bench``
 only checks that ``--quick`` runs.
@@ -37,25 +29,17 @@ from torch import nn
 
 import minidp
 from minidp.launch import ProcessWorld
+from minidp.tools.bench.abba import train_step
 from minidp.tools.bench.args import float_list, nonnegative_int, positive_int, world_size
-from minidp.tools.bench.verdict import compare
+from minidp.tools.bench.verdict import compare, interleave
+from minidp.tools.recorder import mlp
 
 SWEEP_CAPS = (1, 4, 10, 25, 100)
 
 
-def make_model(width: int) -> nn.Module:
-    """width -> 2*width -> 2*width -> width -> 10 (width 1024: 8.4 M parameters)."""
-    torch.manual_seed(0)
-    w = width
-    return nn.Sequential(
-        nn.Linear(w, 2 * w),
-        nn.ReLU(),
-        nn.Linear(2 * w, 2 * w),
-        nn.ReLU(),
-        nn.Linear(2 * w, w),
-        nn.ReLU(),
-        nn.Linear(w, 10),
-    )
+def make_model(w: int) -> nn.Module:
+    """w -> 2w -> 2w -> w -> 10, ReLU between (w 1024: 8.4 M parameters)."""
+    return mlp(w, 2 * w, 2 * w, w, 10)
 
 
 def _wrap(kind: str, model: nn.Module, cap):
@@ -68,28 +52,15 @@ def _wrap(kind: str, model: nn.Module, cap):
 
 
 def _time_rows(rank, rows, x, y, steps, warmup, rounds) -> dict:
-    """Step the ``rows`` [(name, net)] in turn, one step each; per row, the step seconds.
-
-    Round-robin step by step: when other work slows the machine down for a moment, it
-    slows every row alike, and the medians stay comparable.
-    """
-    times: dict[str, list[float]] = {name: [] for name, _ in rows}
-    opts = {name: torch.optim.SGD(net.parameters(), lr=1e-3) for name, net in rows}
-
-    def step(name, net) -> float:
-        t0 = time.perf_counter()
-        opts[name].zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(net(x), y).backward()
-        opts[name].step()
-        return time.perf_counter() - t0
-
-    for name, net in rows:
-        for _ in range(warmup):  # includes the first iteration and the bucket rebuild
-            step(name, net)
+    """Step the ``rows`` [(name, net)] in turn, one step each (``verdict.interleave``: a
+    moment's load elsewhere slows every row alike); per row, the step seconds. The warm-up
+    includes the first iteration and the bucket rebuild."""
+    fns = {name: train_step(net, torch.optim.SGD(net.parameters(), lr=1e-3), x, y)
+           for name, net in rows}  # fmt: skip
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for r in range(rounds):
-        for _ in range(steps):
-            for name, net in rows:
-                times[name].append(step(name, net))
+        for name, t in interleave(fns, steps, warmup if r == 0 else 0).items():
+            times[name] += t
         if rank == 0:
             done = ", ".join(
                 f"{n} {statistics.median(t) * 1e3:.0f}" for n, t in list(times.items())[:5]

@@ -4,27 +4,17 @@
     python -m minidp bench dp --devices 1,2,4 --batch 512 --steps 30
     python -m minidp bench dp --width 256 --steps 5   # quick
 
-A step is forward + MSE loss + backward + SGD step on an MLP (``--width`` hidden units,
-three layers), timed as the median of ``--steps`` steps. The rows take turns in
-``--rounds`` rounds (each with its own warm-up), so a busy machine slows all rows alike.
-
-Intra-op threads are set to 1 by default (``--intra-op-threads``): otherwise every replica
-thread also fans each op out over all cores, and n replicas x cores threads oversubscribe
-the machine (times then swing by 10x from run to run).
-
-* **one device**: the plain model on the full batch.
-* **torch.nn.DataParallel**: the official wrapper, on the same devices. torch's wrapper
-  cannot simulate devices: in a process without GPUs it *is* the plain model (its forward
-  calls the module), so with simulated devices this row measures the same thing as "one
-  device" — the table says so. ``--gpus`` runs every row on the visible GPUs instead
-  (the devices are chosen by the flag, never guessed from the machine).
-* **minidp DataParallel** with ``n`` devices: on CPU, ``n`` simulated devices (threads
-  sharing the machine's cores), so this measures DP's overhead — replicate every step,
-  threads, the gather and the gradient sum — not a speed-up: the cores do not multiply.
-  On GPUs, real devices, next to torch's wrapper on the same devices.
-
-Also printed: the time ``replicate`` alone takes per step, and the per-device byte table
-of one minidp step (``minidp.tools.planner.dp_memory.memory_report``).
+A step is forward + MSE + backward + SGD on an MLP (``--width``, three layers), timed as
+the median of ``--steps`` steps; the rows take turns in ``--rounds`` rounds (each with its
+own warm-up), so a busy machine slows all rows alike. One intra-op thread by default
+(``--intra-op-threads``): n replica threads x cores threads would oversubscribe the machine.
+Rows: **one device** (the plain model on the full batch); **torch.nn.DataParallel** on the
+same devices — without GPUs torch's wrapper *is* the plain model (the table says so);
+``--gpus`` runs every row on the visible GPUs, chosen by the flag, never guessed; **minidp
+DataParallel** with ``n`` devices — on CPU simulated ones (threads sharing the cores), so it
+measures DP's overhead (replicate every step, threads, gather, the gradient sum), not a
+speed-up, beside "n chunks in turn" on one device. Also: ``replicate`` alone per step, and
+the bytes per device of one minidp step (``planner.dp_memory.memory_report``).
 
 Test: ``pytest tests/test_dp_demo_bench.py -k bench``
 """
@@ -45,13 +35,7 @@ from minidp.dp import DataParallel, replicate
 from minidp.dp.devices import gpu_count, official_data_parallel
 from minidp.tools.bench.args import int_list, nonnegative_int, positive_int
 from minidp.tools.planner.dp_memory import memory_report
-
-
-def make_model(width: int) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)
-    )
+from minidp.tools.recorder import mlp
 
 
 class Chunked(nn.Module):
@@ -158,7 +142,7 @@ def bench(args: argparse.Namespace) -> None:
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch, args.width, generator=g).to(main_dev)
     y = torch.randn(args.batch, 10, generator=g).to(main_dev)
-    base = make_model(args.width).to(main_dev)
+    base = mlp(args.width, args.width, args.width, 10).to(main_dev)
     n_params = sum(p.numel() for p in base.parameters())
     print(
         f"bench dp: MLP {args.width}x3 ({n_params / 1e6:.2f} M params), batch {args.batch}, "

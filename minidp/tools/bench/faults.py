@@ -3,28 +3,21 @@
 Run: ``python -m minidp bench faults`` (about 20 s on 2 cores, then checked mode's cost;
 ``--only WORD`` runs the matching rows, ``--no-cost`` skips the cost, ``--help``).
 
-A teacher's few cases, each in a FRESH world (real rank processes, or a thread world of
-real gloo groups), timed from the call into the world (start-up excluded) to the
-exception: a rank that raises, one SIGKILLed in the middle of a 64 MiB ring all-reduce,
-one that sleeps past a 2 s collective timeout (its time is the timeout, by design), and
-two ranks whose all-reduces are swapped — silently wrong in plain mode, refused in checked
-mode (``MINIDP_DEBUG=DETAIL``) — or disagree on the op. Each row records:
+A teacher's few cases, each in a FRESH world (rank processes, or threads with real gloo
+groups), timed from the call into the world to the exception: a rank that raises, one
+SIGKILLed mid 64 MiB all-reduce, one sleeping past a 2 s collective timeout (its time is
+the timeout, by design), two ranks whose all-reduces are swapped — silently wrong in plain
+mode, refused in checked mode (``MINIDP_DEBUG=DETAIL``) — or disagree on the op. Each row
+(``fault_runner.run_fault``) says the root cause the launcher named and its first line,
+what the other ranks did, whether it hung (every row has a backstop), leftovers (child
+processes and rank threads still alive: none expected), and a verdict: "clear" when the
+error is one a learner can act on. Then checked mode's cost (``minidp.comm.checked()``):
+one ring all-reduce with and without it, taking turns (``allreduce.time_in_turns``); the
+extra µs per call are the fingerprint's work (the call site and sequence number travel in
+the header every collective sends anyway).
 
-* the **root cause** the launcher named (``WorkerError.rank``, its exception or signal)
-  and the first line of its message; what the other ranks did;
-* **hung?** every row has a backstop deadline; a row that reaches it says so;
-* **leftovers**: child processes of this process, and rank threads, still alive after the
-  row (should be none);
-* a **verdict**: "clear" when the error is the one a learner can act on (the expected
-  type and wording), otherwise what went wrong (an unclear error, a silently wrong result).
-
-Then the cost of checked mode (``minidp.comm.checked()``): median time of one ring
-all-reduce with and without it, 2 rank processes, several sizes; the two take turns
-repetition by repetition, each repetition counts the slowest rank.
-
-Not a test: ``pytest tests/test_faults.py`` checks these behaviours, and every other fault
-and bad input a review found runs in ``pytest -m slow tests/test_fault_catalog.py`` (the
-same runner, ``run_fault``, over the whole catalog in ``tests/fault_cases*.py``).
+Not a test: ``pytest tests/test_faults.py`` checks these behaviours; the whole catalog of
+faults and bad inputs runs in ``pytest -m slow tests/test_fault_catalog.py``.
 """
 
 from __future__ import annotations
@@ -34,6 +27,7 @@ import datetime
 import os
 import platform
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -43,10 +37,10 @@ import torch.distributed as dist
 from torch import nn
 
 import minidp
-from minidp.comm import all_reduce
+from minidp.comm import all_reduce, checked
 from minidp.launch import ProcessWorld
+from minidp.tools.bench.allreduce import fmt_bytes, time_in_turns
 from minidp.tools.bench.args import positive_float, positive_int
-from minidp.tools.bench.checked_cost import checked_cost, cost_table
 from minidp.tools.bench.fault_runner import STALL_S, Fault, run_fault, table
 
 KILL_NUMEL = 16 << 20  # 64 MiB of float32: the all-reduce rank 1 dies in
@@ -137,6 +131,44 @@ FAULTS = [
     Fault("desync", "op sum vs max", "threads", 2, _ops_differ, (),
           r"MismatchError: .*op max.*op sum"),
 ]  # fmt: skip
+
+
+# ---- what checked mode costs --------------------------------------------------------------
+
+
+def checked_cost(rank: int, world: int, sizes: list[int], budget_s: float, max_reps: int) -> dict:
+    """Rank function: {nbytes: (plain s, checked s, reps)}; rank 0 reports progress."""
+    results = {}
+    for nbytes in sizes:
+        ops = {}
+        for mode in (False, True):
+
+            def ring(t, mode=mode):
+                with checked(mode):
+                    minidp.comm.ring_all_reduce(t)
+
+            ops[mode] = ring
+        times = time_in_turns(ops, torch.randn(max(nbytes // 4, 1)), budget_s, max_reps)
+        plain, fingerprinted = (statistics.median(times[m]) for m in (False, True))
+        results[nbytes] = (plain, fingerprinted, len(times[False]))
+        if rank == 0:
+            print(f"  checked mode, {fmt_bytes(nbytes):>8}: plain {plain * 1e3:.3f} ms, "
+                  f"checked {fingerprinted * 1e3:.3f} ms ({len(times[False])} reps)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+    return results
+
+
+def cost_table(results: dict[int, tuple[float, float, int]]) -> str:
+    lines = [
+        "| size | plain ms | checked ms | checked / plain | extra µs per call | reps |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for nbytes, (plain, fingerprinted, reps) in results.items():
+        lines.append(
+            f"| {fmt_bytes(nbytes)} | {plain * 1e3:.3f} | {fingerprinted * 1e3:.3f} | "
+            f"{fingerprinted / plain:.2f}x | {(fingerprinted - plain) * 1e6:+.0f} | {reps} |"
+        )
+    return "\n".join(lines)
 
 
 # ---- main ---------------------------------------------------------------------------------

@@ -4,20 +4,13 @@
     python -m minidp bench fsdp --breakdown      # also forward / backward / step apart
     python -m minidp bench fsdp --quick          # seconds, tiny model: a smoke run
 
-Both sides wrap the MLP of ``bench ddp`` (width 1440: 16.6 M parameters) the same way:
-``fully_shard`` on each Linear, then on the root, ``reshard_after_forward=True`` (the
-default: each unit is gathered in forward, freed, and gathered again in backward); AdamW;
-``--batch`` samples per rank; gloo on loopback. torch's side is ``A``, minidp's ``B``; they
-run in ABBA blocks (every step after a barrier, counted at the slowest rank) until the 95%
-interval of ``minidp / torch`` is within ``±--halfwidth``, or ``--max-blocks`` /
-``--budget`` run out (``minidp.tools.bench.abba``); target: minidp <= 1.05x torch.
-
-Also printed: all-gathers and reduce-scatters per step and bytes sent per rank per step —
-minidp's counted (its spans in ``minidp.trace`` and ``minidp.fsdp.traffic``, one step),
-torch's from theory (gloo's traffic is not visible from Python). ``--breakdown`` times the
-three phases of a step apart (zero_grad + forward + loss, backward, optimizer step), the
-two sides taking turns step by step, per-phase medians at the slowest rank: where a gap
-comes from. torch < 2.8 has no reduce-scatter in gloo, so there only minidp's numbers print.
+``bench zero``'s run (``zero.run``) with one pair: both sides wrap ``bench ddp``'s MLP
+(width 1440: 16.6 M parameters) the same way — ``fully_shard`` on each Linear, then the
+root, ``reshard_after_forward=True`` — AdamW, gloo; torch's is A, minidp's B, in ABBA
+blocks to a verdict against minidp <= 1.05x torch. Also printed: all-gathers,
+reduce-scatters and bytes sent per rank per step, minidp's counted (its spans and
+``minidp.fsdp.traffic``), torch's from theory. torch < 2.8 has no reduce-scatter in gloo:
+there only minidp's numbers print.
 
 Test: ``pytest tests/test_bench_sharded.py -k fsdp``
 """
@@ -27,67 +20,23 @@ from __future__ import annotations
 import statistics
 import sys
 
-import torch
 from torch import nn
 
-import minidp
-from minidp import trace
-from minidp.tools.bench import abba
-from minidp.tools.bench.args import run_ranks, sharded_cli
+from minidp.tools.bench.abba import format_phases
 from minidp.tools.bench.ddp import make_model
-from minidp.tools.bench.phases import format_phases, take_turns
-from minidp.tools.bench.zero import LR, WIDTH, no_fsdp2, torch_fsdp2
+from minidp.tools.bench.zero import no_fsdp2, run
 
-TARGET = 1.05
-
-
-def _minidp_fsdp(model: nn.Module) -> nn.Module:
-    """``minidp.fully_shard`` on each Linear, then the root (as torch's side is wrapped)."""
-    for layer in model:
-        if isinstance(layer, nn.Linear):
-            minidp.fully_shard(layer)
-    return minidp.fully_shard(model)
-
-
-def _rank_main(rank: int, world: int, args) -> dict:
-    torch.set_num_threads(args.threads)
-    g = torch.Generator().manual_seed(rank)
-    x = torch.randn(args.batch, args.width, generator=g)
-    y = torch.randint(0, 10, (args.batch,), generator=g)
-    mine = _minidp_fsdp(make_model(args.width))
-    mine_opt = torch.optim.AdamW(mine.parameters(), lr=LR)
-    step_b = abba.train_step(mine, mine_opt, x, y)
-    out: dict = {}
-    if args.fsdp2:
-        theirs = torch_fsdp2(make_model(args.width), world, reshard=True)
-        theirs_opt = torch.optim.AdamW(theirs.parameters(), lr=LR)
-        step_a = abba.train_step(theirs, theirs_opt, x, y)
-        out["pair"] = abba.run_pair(
-            rank, step_a, step_b, "torch fsdp2", "minidp fsdp", TARGET, args.abba, args.warmup
-        )
-    else:
-        for _ in range(args.warmup):
-            step_b()
-    before = minidp.fsdp.traffic(mine).sent_bytes
-    with trace.recording() as rec:  # one step: count the collectives' spans
-        step_b()
-    out["sent"] = minidp.fsdp.traffic(mine).sent_bytes - before
-    names = [e["name"] for e in rec.events if e.get("pid") == rank and e["ph"] == "X"]
-    out["gathers"] = sum(n.startswith("all-gather ") for n in names)
-    out["root gathers"] = names.count("all-gather root")  # the root unit holds no parameters
-    out["scatters"] = sum(n.startswith("reduce-scatter ") for n in names)
-    if args.breakdown:
-        sides = {"minidp fsdp": (mine, mine_opt)}
-        if args.fsdp2:
-            sides = {"torch fsdp2": (theirs, theirs_opt), **sides}
-        out["phases"] = take_turns(sides, x, y, args.breakdown_steps)
-    return out
+PAIR = ("FSDP", "torch fsdp2", "minidp fsdp", 1.05)  # (label, A, B, target for B / A)
 
 
 def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
     r0 = results[0]
+    names = r0["spans"]  # minidp's collectives in one step, counted from its trace
+    gathers = sum(n.startswith("all-gather ") for n in names)
+    scatters = sum(n.startswith("reduce-scatter ") for n in names)
+    root_gathers = names.count("all-gather root")  # the root unit holds no parameters
     if fsdp2:
-        s = r0["pair"]
+        s = r0["pairs"]["FSDP"]
         ratio, low, high = s.interval
         print(f"\n{'row':<13} {'step ms':>8}  (median of the ABBA steps, slowest rank)")
         print("-" * 60)
@@ -100,7 +49,7 @@ def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
     else:
         print(f"\ntorch FSDP2 rows skipped: {no_fsdp2()}")
     mb = 4 * numel / 1e6
-    sent = statistics.mean(r["sent"] for r in results) / 1e6
+    sent = statistics.mean(r["sent"]["minidp fsdp"] for r in results) / 1e6
     units = sum(isinstance(m, nn.Linear) for m in make_model(8))  # units holding parameters
     share = (world - 1) / world
     print(f"\nper rank per step (fp32 parameters = {mb:.2f} MB, {units} units with parameters):")
@@ -110,31 +59,21 @@ def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
         "   (gather in forward + again in backward, reduce-scatter: 3(W-1)/W·Ψ)"
     )
     print(
-        f"  {'minidp fully_shard, counted':<34} {r0['gathers']:>11} {r0['scatters']:>15} "
+        f"  {'minidp fully_shard, counted':<34} {gathers:>11} {scatters:>15} "
         f"{sent:>8.2f}   (mean over ranks; + message headers)"
     )
-    if r0["root gathers"]:  # the MLP's root (nn.Sequential) has no parameters of its own
+    if root_gathers:  # the MLP's root (nn.Sequential) has no parameters of its own
         print(
-            f"  ({r0['root gathers']} of minidp's all-gathers are the root unit's, which holds "
+            f"  ({root_gathers} of minidp's all-gathers are the root unit's, which holds "
             "no parameters: an empty collective FSDP2 does not make)"
         )
-    if "phases" in r0:
+    if "FSDP" in r0["phases"]:
         print()
-        print("\n".join(format_phases(r0["phases"])))
+        print("\n".join(format_phases(r0["phases"]["FSDP"])))
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sharded_cli("minidp bench fsdp", __doc__.split("\n")[0], WIDTH, argv)
-    args.fsdp2 = no_fsdp2() is None
-    numel = sum(p.numel() for p in make_model(args.width).parameters())
-    print(
-        f"bench fsdp: {args.world_size} ranks (processes, gloo), MLP {numel / 1e6:.2f} M params, "
-        f"AdamW, batch {args.batch} per rank, reshard_after_forward=True; ABBA blocks until "
-        f"the 95% interval is ±{args.halfwidth:.0%} ({args.min_blocks}-{args.max_blocks} "
-        f"blocks, {args.budget:.0f} step-seconds at most); torch {torch.__version__}",
-        flush=True,
-    )
-    return run_ranks(args, _rank_main, report, numel)
+    return run("fsdp", __doc__, argv, (PAIR,), report, note=", reshard_after_forward=True")
 
 
 if __name__ == "__main__":

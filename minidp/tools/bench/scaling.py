@@ -4,19 +4,15 @@
     python -m minidp bench scaling --sizes 1,4,16 --out s.png     # up to 16 M: ~1 min
     python -m minidp bench scaling --quick --out /tmp/scaling.png # seconds: a smoke run
 
-For each model size (millions of parameters; the MLP of ``bench ddp`` at the width that
-gives it) and each row, on ``--world-size`` rank processes (gloo): a fresh model and AdamW,
-``--warmup`` untimed steps, then ``--steps`` timed ones, each after a barrier and counted at
-the slowest rank; the median is the row's step time. Rows: minidp's DDP, ZeRO-1 (+ DDP),
-ZeRO-2, FSDP (``minidp.tools.planner.stages.build``) and torch's equivalents: DDP, DDP +
-``ZeroRedundancyOptimizer``, FSDP2 with ``reshard_after_forward=False`` (its ZeRO-2-like
-mode) and FSDP2 (torch >= 2.8). One row at a time, freed after it: memory holds one model.
-This is a growth curve, not a verdict (``bench zero`` / ``bench fsdp`` give those).
-
-Bytes sent per rank per step: minidp's counted (``count_traffic`` / ``minidp.fsdp.traffic``;
-DDP and ZeRO-1 through ``step_traffic``'s flat ring all-reduce, the bytes DDP's buckets send
-less their headers); torch's from theory (gloo's traffic is invisible to Python), marked so.
-Prints a table and writes a two-panel PNG (matplotlib, Agg).
+Per model size (``bench ddp``'s MLP at the width that gives it) and row, on
+``--world-size`` rank processes: a fresh model and AdamW, ``--warmup`` untimed steps, then
+``--steps`` timed ones after a barrier at the slowest rank; the median is the row's time.
+Rows (``bench zero``'s ``build``): minidp's DDP, ZeRO-1, ZeRO-2, FSDP and torch's DDP, DDP +
+``ZeroRedundancyOptimizer``, FSDP2 without and with resharding (torch >= 2.8); one at a
+time, freed after it. A growth curve, not a verdict (``bench zero`` / ``fsdp`` give those).
+Bytes per rank per step: minidp's counted (DDP and ZeRO-1 through ``step_traffic``'s flat
+ring: DDP's buckets less their headers), torch's from theory, marked so. A table, and a
+two-panel PNG.
 
 Test: ``pytest tests/test_bench_sharded.py -k scaling``
 """
@@ -38,7 +34,7 @@ from minidp.launch import ProcessWorld
 from minidp.tools.bench import abba
 from minidp.tools.bench.args import nonnegative_int, positive_int, world_size
 from minidp.tools.bench.ddp import make_model
-from minidp.tools.bench.zero import LR, no_fsdp2, torch_fsdp2
+from minidp.tools.bench.zero import LR, build, no_fsdp2
 from minidp.tools.planner import stages
 
 # row -> (family for the plot, minidp stage or None for torch, theory: bytes per rank / Ψ·4)
@@ -59,21 +55,6 @@ def width_for(millions: float) -> int:
     """The MLP width whose 8w² + 15w + 10 parameters come nearest ``millions`` M."""
     n = millions * 1e6
     return max(4, round((-15 + math.sqrt(225 + 32 * (n - 10))) / 16))
-
-
-def _build(name: str, width: int, world: int):
-    from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZero
-
-    stage = ROWS[name][1]
-    if stage is not None:
-        return stages.build(stage, make_model(width), torch.optim.AdamW, lr=LR)
-    if name in ("torch ddp", "torch zero1"):
-        net = nn.parallel.DistributedDataParallel(make_model(width))
-        if name == "torch zero1":
-            return net, TorchZero(net.parameters(), torch.optim.AdamW, lr=LR)
-    else:
-        net = torch_fsdp2(make_model(width), world, reshard=name == "torch fsdp2")
-    return net, torch.optim.AdamW(net.parameters(), lr=LR)
 
 
 def _sent(name: str, net, step, width: int, x, y) -> int:
@@ -99,7 +80,7 @@ def _rank_main(rank: int, world: int, args) -> list[dict]:
         y = torch.randint(0, 10, (args.batch,), generator=g)
         for name in rows:
             t0 = time.perf_counter()
-            net, opt = _build(name, width, world)
+            net, opt = build(name, width, world)
             step = abba.train_step(net, opt, x, y)
             for _ in range(args.warmup):
                 step()
@@ -142,12 +123,9 @@ def print_table(table: list[dict]) -> None:
 
 def plot(table: list[dict], out: str, world: int) -> None:
     """Two panels, log-log: step time and bytes per rank against parameters."""
-    import matplotlib
+    from minidp.tools.diagrams.common import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(12, 4.8))
     for name, (family, stage, _) in ROWS.items():
         rows = [r for r in table if r["row"] == name]
         if not rows:
@@ -181,9 +159,7 @@ def plot(table: list[dict], out: str, world: int) -> None:
         "minidp solid, torch dashed",
         fontsize=10,
     )
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
 
 
 def _sizes(text: str) -> list[float]:

@@ -2,27 +2,18 @@
 
 On a shared 2-core machine one timing says little: the same comparison can flip between two
 runs. So two methods are timed *interleaved* — A, B, A, B, ... — and every pair gives one
-ratio ``B / A`` measured under the same momentary load. The comparison reports the median
-of each, the median ratio and its spread (the middle half of the pair ratios, from the
-first to the third quartile), and it names a winner only when that whole middle half lies
-on one side of 1.0; otherwise it says "inconclusive on this machine".
+ratio ``B / A`` under the same momentary load; :func:`compare` reports the medians, the
+median ratio and its middle half (first to third quartile of the pair ratios), and names a
+winner only when that whole middle half lies on one side of 1.0 ("inconclusive on this
+machine" otherwise)::
 
-    from minidp.tools.bench.verdict import compare, interleave
     times = interleave({"dp": dp_step, "ddp": ddp_step}, repeats=15)   # seconds per call
     print(compare(times["dp"], times["ddp"], "DP", "DDP").sentence())
 
-For a verdict against a *target* (``minidp <= 1.05x torch``) a fixed number of pairs is
-either too few or wasteful, so ``abba.sequential`` keeps adding **ABBA blocks** (A, B, B,
-A: ``ratio = (B1 + B2) / (A1 + A2)``, which a load that rises or falls steadily through
-the block does not tilt) until the 95% interval of the ratio is narrower than ``±halfwidth``,
-or a block count / time budget runs out; then it says meets / misses / inconclusive::
-
-    from minidp.tools.bench.abba import abba_block, sequential
-    s = sequential(lambda: abba_block(torch_step, minidp_step), "torch", "minidp", target=1.05)
-    print(s.sentence())       # ratio, 95% interval, blocks, verdict vs 1.0 and vs the target
-
-This module holds the judgement (:func:`ratio_interval`, :func:`stop_reason`,
-:class:`Sequential`); ``abba.py`` the loop that times blocks, inside rank processes too.
+Against a *target* (``minidp <= 1.05x torch``) ABBA blocks are added until the 95%
+interval of the ratio is narrow (:class:`Sequential`, :func:`ratio_interval`,
+:func:`stop_reason`; the loop that times the blocks is ``abba.py``), then it says meets /
+misses / inconclusive.
 
 Test: ``pytest tests/test_verdict.py``
 """

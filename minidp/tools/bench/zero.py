@@ -5,35 +5,18 @@
     python -m minidp bench zero --breakdown       # also forward / backward / step apart
     python -m minidp bench zero --quick           # seconds, tiny model: a smoke run
 
-Pairs, A against B (torch's first where torch is in the pair); each step on every rank is forward +
-cross-entropy + backward + AdamW step on the MLP of ``bench ddp`` at width 1440 (16.6 M
-parameters, 66 MB of fp32 gradients: communication matters), ``--batch`` samples per rank,
-gloo on loopback:
-
-* **ZeRO-1 + DDP** (target <= 1.05x): ``torch.nn.parallel.DistributedDataParallel`` +
-  ``torch.distributed.optim.ZeroRedundancyOptimizer`` vs ``minidp.DistributedDataParallel``
-  + ``minidp.ZeroRedundancyOptimizer``;
-* **ZeRO-2** (target <= 1.10x): torch FSDP2 ``fully_shard(reshard_after_forward=False)``
-  on each Linear and the root (torch's ZeRO-2-like mode; torch >= 2.8, where gloo has
-  reduce-scatter) vs ``minidp.zero.Zero2Optimizer``;
-* **ZeRO-2 vs DDP** (target <= 1.10x): ``minidp.DistributedDataParallel`` + AdamW vs
-  ``Zero2Optimizer``, both minidp's, both overlapping their gradient collective with
-  backward on the same engine (``comm/launch_queue.py``); the same bytes, but ZeRO-2's
-  all-gather after the optimizer step is not overlapped with anything;
-* **HSDP** (target <= 1.10x; ``--world-size`` 4 or more, even): ``fully_shard(mesh=<(W/2,
-  2) mesh>)`` on each Linear and the root, torch's vs ``minidp.fully_shard``'s.
-
-Each pair's two models are built, warmed up and timed in ABBA blocks (A, B, B, A; every
-step after a barrier, counted at the slowest rank) until the 95% interval of the ratio is
-within ``±--halfwidth`` or ``--max-blocks`` / ``--budget`` run out (``minidp.tools.bench.abba``);
-then freed before the next pair. The verdict: meets / misses / inconclusive against the
-target, faster / slower / inconclusive against 1.0. Bytes sent are counted for minidp
-(``count_traffic``, one step, per rank, mean over ranks) and given by theory for torch
-(gloo's traffic is not visible from Python).
-
-``--breakdown`` times each pair's phases apart after its verdict (``phases.py``): where a
-gap comes from — DDP's all-reduce shows in backward, ZeRO-1's broadcast and ZeRO-2's
-all-gather in the optimizer step.
+Pairs, A against B (torch's first), each step forward + cross-entropy + backward + AdamW on
+``bench ddp``'s MLP at width 1440 (16.6 M parameters, 66 MB of fp32 gradients), gloo:
+**ZeRO-1 + DDP** (target <= 1.05x: torch's DDP + ``ZeroRedundancyOptimizer`` vs minidp's);
+**ZeRO-2** (<= 1.10x: FSDP2 ``reshard_after_forward=False`` on each Linear and the root,
+torch >= 2.8, vs ``Zero2Optimizer``); **ZeRO-2 vs DDP** (<= 1.10x: minidp's DDP vs
+``Zero2Optimizer``, the same bytes, but ZeRO-2's all-gather after the step is not
+overlapped); **HSDP** (<= 1.10x, an even ``--world-size`` >= 4: ``fully_shard`` on a (W/2,
+2) mesh, torch's vs minidp's). Each pair is timed in ABBA blocks (``abba.run_pair``) until
+the 95% interval of B/A is within ``±--halfwidth`` or ``--max-blocks`` / ``--budget`` run
+out; verdicts against the target and 1.0. Bytes sent: minidp's counted (one step, mean over
+ranks), torch's from theory (gloo's traffic is invisible to Python). ``--breakdown``: each
+pair's phases apart (``abba.take_turns``). ``bench fsdp`` is this run with one pair.
 
 Test: ``pytest tests/test_bench_sharded.py -k zero``; ``pytest tests/test_memory.py -m slow
 -k bench`` (the bytes at 4 ranks).
@@ -49,12 +32,13 @@ import torch
 from torch import nn
 
 import minidp
+from minidp import trace
 from minidp.tools.bench import abba
+from minidp.tools.bench.abba import format_phases, take_turns
 from minidp.tools.bench.args import run_ranks, sharded_cli
 from minidp.tools.bench.ddp import make_model
-from minidp.tools.bench.phases import format_phases, take_turns
-from minidp.tools.planner.stages import step_traffic
-from minidp.zero import Zero2Optimizer
+from minidp.tools.planner import stages
+from minidp.tools.recorder.fsdp import shard_model
 
 LR = 1e-3
 WIDTH = 1440  # make_model(w) has 8w² + 15w + 10 parameters: 16.6 M at 1440
@@ -80,50 +64,40 @@ def torch_fsdp2(model: nn.Module, world: int, reshard: bool = False) -> nn.Modul
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh("cpu", (world,))
-    for layer in model:
-        if isinstance(layer, nn.Linear):
-            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
-    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    return shard_model(model, fully_shard, last=True, mesh=mesh, reshard_after_forward=reshard)
 
 
 def _hsdp(model: nn.Module, world: int, torch_side: bool) -> nn.Module:
     """HSDP on a (W/2, 2) mesh: torch's FSDP2 or minidp's, each Linear then the root."""
-    names = ("replicate", "shard")
     if torch_side:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
     else:
         init_device_mesh, fully_shard = minidp.init_device_mesh, minidp.fully_shard
-    mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=names)
-    for layer in model:
-        if isinstance(layer, nn.Linear):
-            fully_shard(layer, mesh=mesh)
-    return fully_shard(model, mesh=mesh)
+    mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("replicate", "shard"))
+    return shard_model(model, fully_shard, last=True, mesh=mesh)
 
 
 def build(name: str, width: int, world: int) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """One row's (model, optimizer), fresh from ``make_model(width)`` (same seed: same weights)."""
+    """One row's (model, optimizer), fresh from ``make_model(width)`` (same seed: same weights):
+    ``"torch X"`` or ``"minidp X"`` for X in ddp, zero1 (on DDP), zero2 (torch's: ``fsdp2 no
+    reshard``), fsdp (torch's: ``fsdp2``), hsdp; AdamW."""
     from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZero
 
-    adamw = torch.optim.AdamW
-    if name == "torch zero1":
-        net = nn.parallel.DistributedDataParallel(make_model(width))
-        return net, TorchZero(net.parameters(), adamw, lr=LR)
-    if name == "minidp zero1":
-        net = minidp.DistributedDataParallel(make_model(width))
-        return net, minidp.ZeroRedundancyOptimizer(net.parameters(), adamw, lr=LR)
-    if name == "minidp ddp":  # the same bytes in one all-reduce, overlapped with backward
-        net = minidp.DistributedDataParallel(make_model(width))
-        return net, adamw(net.parameters(), lr=LR)
-    if name == "minidp zero2":
-        net = make_model(width)
-        return net, Zero2Optimizer(net.parameters(), adamw, lr=LR)
-    if name == "torch fsdp2 no reshard":
-        net = torch_fsdp2(make_model(width), world)
-    elif name in ("torch hsdp", "minidp hsdp"):
-        net = _hsdp(make_model(width), world, name.startswith("torch"))
+    adamw, model = torch.optim.AdamW, make_model(width)
+    side, kind = name.split(" ", 1)
+    if side == "minidp" and kind in stages.STAGE_ORDER:  # ddp: ZeRO-2's bytes, one all-reduce
+        return stages.build(kind, model, adamw, lr=LR)  # fsdp: each Linear, then the root
+    if kind in ("ddp", "zero1"):
+        net = nn.parallel.DistributedDataParallel(model)
+        if kind == "zero1":
+            return net, TorchZero(net.parameters(), adamw, lr=LR)
+    elif name in ("torch fsdp2", "torch fsdp2 no reshard"):
+        net = torch_fsdp2(model, world, reshard=name == "torch fsdp2")
+    elif kind == "hsdp":
+        net = _hsdp(model, world, side == "torch")
     else:
-        raise ValueError(f"bench zero: no row named {name!r}")
+        raise ValueError(f"bench: no row named {name!r}")
     return net, adamw(net.parameters(), lr=LR)
 
 
@@ -137,32 +111,58 @@ def _skip(label: str, world: int, fsdp2: bool) -> str | None:
 
 
 def _rank_main(rank: int, world: int, args) -> dict:
+    """Every pair of ``args.pairs`` to a verdict (and its phases); minidp's FSDP and HSDP
+    count their bytes and collectives over one more step."""
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.width, generator=g)
     y = torch.randint(0, 10, (args.batch,), generator=g)
-    pairs, sent, phases = {}, {}, {}
-    for label, a, b, target in PAIRS:
-        if _skip(label, world, args.fsdp2):
+    out: dict = {"pairs": {}, "sent": {}, "phases": {}, "spans": []}
+    for label, a, b, target in args.pairs:
+        skipped = _skip(label, world, args.fsdp2)
+        if skipped and b != "minidp fsdp":
             continue
-        net_a, opt_a = build(a, args.width, world)
-        net_b, opt_b = build(b, args.width, world)
-        step_a = abba.train_step(net_a, opt_a, x, y)
-        step_b = abba.train_step(net_b, opt_b, x, y)
-        pairs[label] = abba.run_pair(rank, step_a, step_b, a, b, target, args.abba, args.warmup)
+        sides = {n: build(n, args.width, world) for n in ((b,) if skipped else (a, b))}
+        steps = {n: abba.train_step(net, opt, x, y) for n, (net, opt) in sides.items()}
+        if skipped:  # FSDP without torch's FSDP2: minidp's counts alone
+            for _ in range(args.warmup):
+                steps[b]()
+        else:
+            out["pairs"][label] = abba.run_pair(rank, steps[a], steps[b], a, b, target, args.abba,
+                                                args.warmup)  # fmt: skip
         if args.breakdown:
-            sides = {a: (net_a, opt_a), b: (net_b, opt_b)}
-            phases[label] = take_turns(sides, x, y, args.breakdown_steps)
-        if b == "minidp hsdp":  # its own running count, over one more step
-            before = minidp.fsdp.traffic(net_b).sent_bytes
-            step_b()
-            sent["hsdp"] = minidp.fsdp.traffic(net_b).sent_bytes - before
-        del net_a, opt_a, net_b, opt_b, step_a, step_b
+            out["phases"][label] = take_turns(sides, x, y, args.breakdown_steps)
+        if b in ("minidp fsdp", "minidp hsdp"):  # its own running count, over one more step
+            before = minidp.fsdp.traffic(sides[b][0]).sent_bytes
+            with trace.recording() as rec:  # and its collectives' spans
+                steps[b]()
+            out["sent"][b] = minidp.fsdp.traffic(sides[b][0]).sent_bytes - before
+            out["spans"] = [e["name"] for e in rec.events if e.get("pid") == rank
+                            and e["ph"] == "X"]  # fmt: skip
+        del sides, steps
         gc.collect()  # the next pair's models take their place
-    loss = nn.functional.cross_entropy
-    for s in ("zero1", "zero2"):
-        sent[s] = step_traffic(s, make_model(args.width), x, y, loss, torch.optim.AdamW, lr=LR)
-    return {"pairs": pairs, "sent": sent, "phases": phases}
+    if args.pairs == PAIRS:
+        loss = nn.functional.cross_entropy
+        for s in ("zero1", "zero2"):
+            model = make_model(args.width)
+            out["sent"][s] = stages.step_traffic(s, model, x, y, loss, torch.optim.AdamW, lr=LR)
+    return out
+
+
+def run(prog: str, doc: str, argv, pairs: tuple, report, note: str = "") -> int:
+    """The sharded benches' command: parse, say what runs, run ``pairs``, ``report``."""
+    args = sharded_cli(f"minidp bench {prog}", doc.split("\n")[0], WIDTH, argv)
+    args.fsdp2, args.pairs = no_fsdp2() is None, pairs
+    numel = sum(p.numel() for p in make_model(args.width).parameters())
+    print(
+        f"bench {prog}: {args.world_size} ranks (processes, gloo), MLP {numel / 1e6:.2f} M "
+        f"params, AdamW, batch {args.batch} per rank{note}; ABBA blocks"
+        f"{' per pair' if len(pairs) > 1 else ''} until the 95% interval is "
+        f"±{args.halfwidth:.0%} ({args.min_blocks}-{args.max_blocks} blocks, {args.budget:.0f} "
+        f"step-seconds at most); torch {torch.__version__}",
+        flush=True,
+    )
+    return run_ranks(args, _rank_main, report, numel)
 
 
 def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
@@ -203,8 +203,8 @@ def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
         f"  ZeRO-2 (reduce-scatter + all-gather), theory: {ring:.2f}"
         f"   minidp counted: {sent['zero2']:.2f}"
     )
-    if "hsdp" in results[0]["sent"]:
-        hsdp = statistics.mean(r["sent"]["hsdp"] for r in results) / 1e6
+    if "minidp hsdp" in results[0]["sent"]:
+        hsdp = statistics.mean(r["sent"]["minidp hsdp"] for r in results) / 1e6
         # within a pair (S = 2): all-gather in forward and again in backward, reduce-scatter,
         # each (S-1)/S of the parameters; across pairs (R = W/2): the all-reduce of this
         # rank's 1/S gradient shard, 2(R-1)/R of it
@@ -217,17 +217,7 @@ def report(results: list[dict], world: int, numel: int, fsdp2: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sharded_cli("minidp bench zero", __doc__.split("\n")[0], WIDTH, argv)
-    args.fsdp2 = no_fsdp2() is None
-    numel = sum(p.numel() for p in make_model(args.width).parameters())
-    print(
-        f"bench zero: {args.world_size} ranks (processes, gloo), MLP {numel / 1e6:.2f} M params, "
-        f"AdamW, batch {args.batch} per rank; ABBA blocks per pair until the 95% interval is "
-        f"±{args.halfwidth:.0%} ({args.min_blocks}-{args.max_blocks} blocks, {args.budget:.0f} "
-        f"step-seconds at most); torch {torch.__version__}",
-        flush=True,
-    )
-    return run_ranks(args, _rank_main, report, numel)
+    return run("zero", __doc__, argv, PAIRS, report)
 
 
 if __name__ == "__main__":

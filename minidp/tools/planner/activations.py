@@ -1,43 +1,34 @@
 """Activation memory: the bytes backward keeps from the forward, per transformer layer.
 
-The model states (``plan.py``) are only part of a GPU's memory: every op whose backward needs
-its input (or output) keeps it until backward has used it. For a stack of transformer layers
-this grows with the micro-batch and the sequence, not with the number of GPUs — data
-parallelism (DDP, ZeRO, FSDP) shards the model states, never the activations.
-
-The formula is Korthikanti et al., 2022, "Reducing Activation Recomputation in Large
-Transformer Models" (section 4.1): per layer, with ``s`` tokens per sequence, ``b``
-sequences, hidden size ``h``, ``a`` heads and 2-byte values, ``s·b·h·(34 + 5·a·s/h)`` bytes.
-Term by term (``d`` bytes per value, ``f`` the MLP's hidden size, 4h there), as written
-below: the two norms' inputs (2d·sbh), the q/k/v projections' shared input (d·sbh), q and k
-for ``q @ kᵀ`` (2d·sbh), v (d·sbh), the output projection's input (d·sbh), the MLP's input
-(d·sbh), the activation function's input and output (2d·sbf); the attention scores'
+Every op whose backward needs its input (or output) keeps it until backward has used it:
+for a stack of transformer layers this grows with the micro-batch and the sequence, not
+with the number of GPUs — DDP, ZeRO and FSDP shard the model states (``plan.py``), never
+the activations. The formula is Korthikanti et al., 2022, "Reducing Activation
+Recomputation in Large Transformer Models" (section 4.1): per layer, with ``s`` tokens per
+sequence, ``b`` sequences, hidden size ``h``, ``a`` heads and 2-byte values,
+``s·b·h·(34 + 5·a·s/h)`` bytes. Term by term (``d`` bytes per value, ``f`` the MLP's hidden
+size, 4h there): the two norms' inputs (2d·sbh), the q/k/v projections' shared input
+(d·sbh), q and k for ``q @ kᵀ`` (2d·sbh), v (d·sbh), the output projection's input (d·sbh),
+the MLP's input (d·sbh), the activation function's input and output (2d·sbf), the
 softmax output (d·a·s²·b); with dropout, each dropout's mask (``mask_bytes`` per value) and
 the dropped-out scores (d·a·s²·b). Generalised here from the paper's d = 2, f = 4h:
 
-* ``mlp="swiglu"`` (Llama, Qwen): ``down(silu(gate(x)) * up(x))`` keeps gate's output,
-  silu's output, up's output and the product: 4d·sbf instead of 2d·sbf;
-* ``flash=True``: a fused attention kernel keeps no ``a·s²·b`` scores — only its output (the
-  output projection's input, counted already) and one fp32 log-sum-exp per head and token
-  (4·a·s·b). No dropout inside attention then (the paper's case without the s² term);
-* ``mask_bytes``: CUDA's fused dropout keeps a 1-byte mask (the paper's number); torch on
-  CPU keeps the mask in the activation dtype (measured: ``tests/test_activations.py``);
-* ``kv_heads`` (grouped-query attention: Llama 3, Qwen2.5): k and v have ``kv_heads`` heads
-  instead of ``a``, so each is ``kv_heads/a`` of an activation (d·sbh·kv_heads/a each, in
-  place of d·sbh). That holds for a fused kernel that keeps k and v at their own size (native
-  GQA: flash-attn, ``scaled_dot_product_attention(..., enable_gqa=True)``), so it needs
-  ``flash=True``. An unfused path, or a model that repeats k and v to ``a`` heads before the
-  kernel (``repeat_kv``), keeps full-size copies: count it with the default ``kv_heads=None``
-  (= ``a``). Qwen2.5-14B (40 heads, 8 k/v heads, flash): 8.5% less than ``kv_heads=None``.
+* ``mlp="swiglu"`` (Llama, Qwen): ``down(silu(gate(x)) * up(x))`` keeps gate's, silu's and
+  up's outputs and the product: 4d·sbf instead of 2d·sbf;
+* ``flash=True``: a fused kernel keeps no ``a·s²·b`` scores, only its output (counted
+  already) and an fp32 log-sum-exp per head and token (4·a·s·b); no dropout inside it;
+* ``mask_bytes``: CUDA's fused dropout keeps a 1-byte mask (the paper's); torch on CPU keeps
+  it in the activation dtype (measured: ``tests/test_activations.py``);
+* ``kv_heads`` (grouped-query attention: Llama 3, Qwen2.5): k and v are ``kv_heads/a`` of an
+  activation each, where a fused kernel keeps them at their own size (native GQA:
+  flash-attn, ``scaled_dot_product_attention(..., enable_gqa=True)``), so it needs
+  ``flash=True``; an unfused path or ``repeat_kv`` keeps full-size copies (the default
+  ``kv_heads=None``). Qwen2.5-14B (40 heads, 8 k/v, flash): 8.5% less.
 
-Not counted (the paper leaves them out too): the norms' per-token statistics (mean and
-1/std: 1/h of an activation each), the embedding, the final norm, the logits and the loss.
-The logits are :func:`logits_bytes`: with a vocabulary of 152,064 (Qwen2.5) and 4,096
-tokens they outweigh a whole checkpointed layer stack.
-
-Full activation checkpointing (``torch.utils.checkpoint`` around each layer) keeps only each
-layer's input (d·sbh per layer) and recomputes one layer at a time in backward, so the peak
-adds one layer's activations to that.
+Not counted (nor by the paper): the norms' per-token statistics, the embedding, the final
+norm, the logits and the loss — the logits are :func:`logits_bytes` (with Qwen2.5's 152,064
+words and 4,096 tokens they outweigh a checkpointed layer stack). Full checkpointing keeps
+each layer's input (d·sbh) and recomputes one layer at a time in backward.
 
 Test: ``pytest tests/test_activations.py``;
 see it: ``python lessons/33_activation_checkpointing.py``

@@ -5,27 +5,17 @@ Run it: ``python -m minidp bench dp`` (prints one), or in Python::
     dp = minidp.DataParallel(model, device_ids=["cpu"] * 4)
     print(minidp.tools.planner.dp_memory.memory_report(dp, x, loss_fn=lambda out: out.sum()))
 
+One forward and backward through the model's own steps (scatter, replicate,
+parallel_apply, gather), counting per replica slot: ``params`` (the replica's parameters
+and buffers; slot 0: the model), ``inputs`` (its chunk), ``activations`` (what autograd
+saved for backward in its forward: ``saved_tensors_hooks``), ``outputs`` (plus the
+gathered output on ``output_device``), ``grads`` (its parameter gradients, plus the summed
+gradient in ``.grad`` on the main device). A tensor counts once per slot. On GPUs the table
+also shows ``torch.cuda.memory_allocated`` before the step and the peak during it. The main
+device's extra rows are DataParallel's imbalance, the reason DDP exists. ``.grad`` is
+restored afterwards; a BatchNorm's running statistics are updated, as by any training step.
+
 Test: ``pytest tests/test_dp_memory.py``
-
-The report runs one forward and backward through the model's own steps (scatter,
-replicate, parallel_apply, gather) and counts, for each replica slot, the bytes of
-
-* ``params``: the replica's parameters and buffers (slot 0: the model itself);
-* ``inputs``: its chunk of the batch;
-* ``activations``: tensors autograd saved for backward during its forward (found with
-  ``torch.autograd.graph.saved_tensors_hooks``), not counting params / inputs / outputs;
-* ``outputs``: what the replica returned, plus the gathered output on ``output_device``;
-* ``grads``: the replica's parameter gradients, plus on the main device the summed
-  gradient that lands in ``.grad``.
-
-A tensor is counted once per slot (same address and size = same bytes). Counting works
-on simulated CPU devices and on GPUs alike; on GPUs the table also shows what
-``torch.cuda.memory_allocated`` really saw: allocation before the step and the peak during
-it. The main device's extra rows — the whole gathered output and the summed gradients —
-are DataParallel's imbalance, the reason DistributedDataParallel exists.
-
-The step's gradients are removed afterwards (``.grad`` is restored to what it was);
-a BatchNorm's running statistics are updated, as by any training-mode forward.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Model-state memory per rank, read from the real tensors — and the ZeRO paper's formulas.
 
 Measured, not computed: :func:`measure` sums the bytes of the distinct storages behind a
-rank's parameters, gradients and optimizer state (views into one buffer count once, and
-a view counts its whole buffer: padding and bucket slack are real memory). What each
-stage holds (``Ψ`` parameters, ``N`` ranks, ``p``/``g`` bytes per parameter/gradient
-element, ``K`` bytes of optimizer state per parameter):
+rank's parameters, gradients and optimizer state (views into one buffer count once, and a
+view counts its whole buffer: padding and bucket slack are real memory). What each stage
+holds (``plan.py``'s symbols):
 
 =========  ==========================  ============================================
 stage      formula (ZeRO paper)        where the tensors are
@@ -15,15 +14,10 @@ ZeRO-2     ``p Ψ + (g + K) Ψ / N``     ``.grad`` shards in the buckets, ``opt.
 FSDP       ``(p + g + K) Ψ / N``       the local shards, their ``.grad``, ``opt.state``
 =========  ==========================  ============================================
 
-DDP's flat gradient buckets (``buckets``): the reducer all-reduces the gradients in flat
-buffers of its own; with torch's default ``gradient_as_bucket_view=False`` they are a
-second full copy of the gradients on every DDP (and ZeRO-1) rank, which the paper's
-table leaves out. With ``gradient_as_bucket_view=True`` ``.grad`` is a view into them and
-they count once (under ``grads``).
-
-The paper's mixed-precision numbers are ``p = g = 2`` and ``K = 12`` for Adam (fp32
-master weights and two moments); training in fp32 here, ``p = g = 4`` and ``K = 8``: the
-same 16 bytes per parameter replicated.
+DDP's flat gradient buckets (``buckets``): with torch's default
+``gradient_as_bucket_view=False`` a second full copy of the gradients on every DDP (and
+ZeRO-1) rank, which the paper leaves out; with ``True`` ``.grad`` is a view into them. In
+fp32 here, ``p = g = 4`` and ``K = 8``: the paper's 16 bytes per parameter replicated.
 
 Test: ``pytest tests/test_memory.py``; see it: ``python lessons/18_memory_wall.py``
 """
@@ -36,7 +30,6 @@ from collections.abc import Iterable
 import torch
 
 from minidp.fsdp.dtensor import local  # a DTensor's own rows: what this rank holds
-from minidp.tools.planner.plan import STAGES, bucket_bytes, stage_bytes
 
 
 @dataclasses.dataclass
@@ -103,21 +96,3 @@ def measure(model: torch.nn.Module, optimizer) -> Usage:
         storage_bytes(optimizer_tensors(share)),
         storage_bytes(buckets),
     )
-
-
-def expected(
-    stage: str,
-    numel: int,
-    world: int,
-    param_bytes: int,
-    grad_bytes: int,
-    k: float,
-    buckets: bool = False,
-) -> Usage:
-    """The paper's formula for ``stage`` (one of :data:`plan.STAGES`), as a :class:`Usage`,
-    plus DDP's buckets if ``buckets`` (DDP and ZeRO-1 with ``gradient_as_bucket_view=False``)."""
-    if stage not in STAGES:
-        raise ValueError(f"expected a stage in {list(STAGES)}, got {stage!r}")
-    p, g, o = stage_bytes(stage, numel, world, param_bytes, grad_bytes, k)
-    b = bucket_bytes(stage, numel, grad_bytes) if buckets else 0
-    return Usage(round(p), round(g), round(o), round(b))

@@ -3,34 +3,26 @@
     python -m minidp memory --model qwen2.5-14b --gpus 2 --gpu-gib 80
     python -m minidp memory --params 14.7e9 --gpus 32 --shard-size 8 --precision bf16-mixed
 
-(the command line is ``plan_cli.py``; this file is the arithmetic.)
-
-The formulas are the ZeRO paper's (Rajbhandari et al., 2020, table 1): with ``Ψ``
-parameters on ``N`` GPUs, ``p``/``g`` bytes per weight/gradient element and ``K`` bytes of
-optimizer state per parameter,
+(the command line is ``plan_cli.py``; this file is the arithmetic.) The ZeRO paper's
+formulas (Rajbhandari et al., 2020, table 1), with ``Ψ`` parameters on ``N`` GPUs, ``p``/``g``
+bytes per weight/gradient element and ``K`` bytes of optimizer state per parameter:
 
     DDP (2+2+K)Ψ,  ZeRO-1 2Ψ + 2Ψ + KΨ/N,  ZeRO-2 2Ψ + (2+K)Ψ/N,  ZeRO-3 (2+2+K)Ψ/N
 
-(written with ``p = g = 2`` there). HSDP (``shard_size=S``: shard within groups of ``S``
-GPUs, usually one node's, replicate across the ``N/S`` groups) holds FSDP's bytes with
-``N = S``: ``(p+g+K)Ψ/S`` — more than FSDP over all ``N``, for traffic that crosses
-nodes only once per step (lesson 37). The paper leaves out DDP's flat gradient buckets: torch's
-DDP (and so ZeRO-1, which runs on it) keeps one more gradient-sized copy there unless
-``gradient_as_bucket_view=True``; ``buckets=True`` (``--ddp-buckets``) adds it.
+(``p = g = 2`` there). HSDP (``shard_size=S``: shard within groups of ``S`` GPUs, replicate
+across the ``N/S`` groups) holds FSDP's bytes with ``N = S`` — more than FSDP over all
+``N``, for traffic that crosses nodes once per step (lesson 37). DDP's flat gradient buckets,
+which the paper leaves out (one more gradient copy in torch's DDP, so ZeRO-1's, unless
+``gradient_as_bucket_view=True``): ``buckets=True`` (``--ddp-buckets``).
 
-Which bytes sit in which dtype is the *layout* (``--precision``); the table says which it
-used. Two mixed-precision layouts hold the same 16 bytes per AdamW parameter, split
-differently: the paper's ``bf16-mixed`` (bf16 weights and gradients, fp32 master copy and
-moments: 2+2+12) and FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16)`` (``fsdp2-bf16``:
-fp32 sharded weights and gradients, fp32 moments: 4+4+8, plus bf16 copies of the units
-gathered at the moment: ``units.py``). Frozen parameters (``--trainable`` < 1) keep their
-weights but need no gradient and no optimizer state. Activations, temporary buffers,
-the CUDA context and fragmentation are *extra*: give ``--activations-gib`` to include a
-measured figure, or ``--seq`` to include ``activations.py``'s estimate for a preset's
-layer shape (:data:`LAYERS`), otherwise "fits" means "the model states fit".
-
-The numbers here are checked against the real tensors by ``memory.py``
-(``tests/test_memory.py``).
+Which bytes sit in which dtype is the *layout* (``--precision``, named under the table):
+the paper's ``bf16-mixed`` (bf16 weights and gradients, fp32 master and moments: 2+2+12)
+and FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16)`` (``fsdp2-bf16``: fp32 shards,
+gradients and moments, 4+4+8, plus bf16 copies of the gathered units: ``units.py``) hold the
+same 16 bytes per AdamW parameter. Frozen parameters (``--trainable`` < 1) need no gradient
+and no optimizer state. Activations are extra: ``--activations-gib`` (measured) or ``--seq``
+(``activations.py``'s estimate), else "fits" means "the model states fit". ``memory.py``
+checks these numbers against the real tensors.
 
 Test: ``pytest tests/test_memory.py -k plan``
 """

@@ -4,19 +4,12 @@
     python -m minidp memory --model qwen2.5-14b --gpus 16 --shard-size 8 --seq 4096
     python -m minidp memory --params 14.7e9 --gpus 8 --activations-gib 30
 
-* ``--shard-size S`` adds an HSDP row: FSDP within each group of ``S`` GPUs (usually one
-  node's), replicated across the ``gpus / S`` groups — FSDP's bytes with ``N = S``.
-* For a ``--model`` preset the FSDP and HSDP rows also count the units FSDP gathers while a
-  step runs (``units.py``: the root, two layers, gradients and reduce-scatter copies).
-* Activations, two ways, never both: ``--activations-gib`` (a figure you measured), or
-  ``--seq`` (with ``--micro-batch``, ``--checkpointing``, ``--attention``): the estimate of
-  ``activations.py`` (Korthikanti et al.) for the ``--model`` preset's layer shape
-  (``plan.LAYERS``), in the precision's activation dtype (fp32: 4 bytes, else 2), plus the
-  logits and the loss's log-probabilities (``activations.logits_bytes``). A ``--params``
-  count has no layer shape: ``--seq`` is refused for it.
-
-Every number is checked as it is parsed: ``float()`` happily reads "inf" and "nan", which
-would otherwise come out as a table of inf/nan with a fits/NO verdict on it.
+``--shard-size S`` adds an HSDP row; a ``--model`` preset's FSDP and HSDP rows count the
+units FSDP gathers (``units.py``). Activations, two ways, never both: ``--activations-gib``
+(measured), or ``--seq`` (with ``--micro-batch``, ``--checkpointing``, ``--attention``):
+``activations.py``'s estimate for the preset's layer shape in the precision's activation
+dtype, plus the logits and the loss (a ``--params`` count has no layer shape: refused).
+Every number is checked as it is parsed (``bench.args.number``: "inf" and "nan" too).
 
 Test: ``pytest tests/test_memory.py -k planner``
 """
@@ -24,9 +17,8 @@ Test: ``pytest tests/test_memory.py -k planner``
 from __future__ import annotations
 
 import argparse
-import math
-from collections.abc import Callable
 
+from minidp.tools.bench.args import POSITIVE, number
 from minidp.tools.planner.activations import CHECKPOINTING, Activations, logits_bytes, stack_bytes
 from minidp.tools.planner.plan import (
     GIB,
@@ -85,45 +77,6 @@ def _activation_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def _number(
-    what: str, hint: str, *, positive: bool = False, at_most: float | None = None
-) -> Callable[[str], float]:
-    """An argparse ``type``: a finite float >= 0 (> 0 if ``positive``, <= ``at_most`` if
-    given), else an error saying what was expected, what was given, and how to fix it.
-
-    argparse prefixes the flag ("argument --params: ...") and exits with status 2.
-    """
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan  # refused below, with the same message
-        ok = (
-            math.isfinite(value)  # float() happily reads "inf", "nan" and "1e999" (-> inf)
-            and (value > 0 if positive else value >= 0)
-            and (at_most is None or value <= at_most)
-        )
-        if not ok:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}. Hint: {hint}")
-        return value
-
-    return parse
-
-
-def _count(what: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"expected {what} (an integer >= 1), got {text!r}")
-        return value
-
-    return parse
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="minidp memory",
@@ -133,10 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument(
         "--params",
-        type=_number(
+        type=number(
             "a finite parameter count > 0 (e.g. 14.7e9)",
-            "pass the model's total parameter count, or --model NAME for a preset.",
-            positive=True,
+            float,
+            POSITIVE,
+            hint="pass the model's total parameter count, or --model NAME for a preset.",
         ),
         help="number of parameters, e.g. 14.7e9",
     )
@@ -144,10 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus", type=int, default=1, help="data-parallel GPUs (default 1)")
     parser.add_argument(
         "--gpu-gib",
-        type=_number(
+        type=number(
             "a finite memory per GPU in GiB > 0 (e.g. 80)",
-            "pass one GPU's memory, e.g. --gpu-gib 80 for an 80 GiB H100.",
-            positive=True,
+            float,
+            POSITIVE,
+            hint="pass one GPU's memory, e.g. --gpu-gib 80 for an 80 GiB H100.",
         ),
         default=80.0,
         help="memory per GPU (default 80)",
@@ -156,10 +111,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16-mixed")
     parser.add_argument(
         "--trainable",
-        type=_number(
+        type=number(
             "a finite fraction in [0, 1]",
+            float,
+            0,
+            1,
             "1 trains every parameter, 0 freezes them all, 0.1 trains a tenth.",
-            at_most=1.0,
         ),
         default=1.0,
         help="fraction of parameters trained (0: frozen)",
@@ -172,18 +129,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--activations-gib",
-        type=_number(
+        type=number(
             "a finite activation memory per GPU in GiB >= 0 (e.g. 3.5)",
-            "pass a measured peak (torch.cuda.max_memory_allocated() minus the model states), "
-            "or leave the flag out to plan the model states alone.",
+            float,
+            0,
+            hint="pass a measured peak (torch.cuda.max_memory_allocated() minus the "
+            "model states), or leave the flag out to plan the model states alone.",
         ),
         help="per GPU, measured (not with --seq)",
     )
     parser.add_argument(
-        "--seq", type=_count("a sequence length"), help="estimate activations (needs --model)"
+        "--seq",
+        type=number("a sequence length (an integer >= 1)"),
+        help="estimate activations (needs --model)",
     )
     parser.add_argument(
-        "--micro-batch", type=_count("a micro-batch size"), help="sequences per GPU (default 1)"
+        "--micro-batch",
+        type=number("a micro-batch size (an integer >= 1)"),
+        help="sequences per GPU (default 1)",
     )
     parser.add_argument("--checkpointing", choices=CHECKPOINTING, help="default none")
     parser.add_argument("--attention", choices=ATTENTION, help="default flash (fused kernel)")

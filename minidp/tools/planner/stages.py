@@ -6,9 +6,9 @@ Run inside a rank (a process or a thread of a world)::
     usage.params, usage.grads, usage.optimizer      # bytes this rank holds, measured
 
 and :func:`step_traffic` does the same while counting the bytes this rank sent. The
-lesson on the memory wall, the stacked-memory diagram and ``bench zero`` all use these,
-so they show the same real tensors. FSDP comes from ``minidp.fsdp`` (each child module
-with parameters, then the root, like FSDP2's usual wrapping).
+lessons, the recorder's memory scene (``memory_stages.png``) and the sharded benches build
+their stages here, so they show the same real tensors. FSDP: each child module with
+parameters, then the root, like FSDP2's usual wrapping.
 
 Test: ``pytest tests/test_memory.py``
 """

@@ -3,22 +3,15 @@
 The ZeRO paper's ZeRO-3 row, ``(p+g+K)Ψ/N``, counts only the shards. While a step runs,
 FSDP2 with its usual wrapping (each decoder layer a unit; the root holding the embedding,
 the final norm and the output head) also holds, in the compute dtype (``param_dtype``,
-``c`` bytes) and the reduce dtype (``reduce_dtype``, ``r`` bytes):
-
-* the **root's weights**, gathered from forward to backward (the root is not resharded
-  after its forward: lessons 21 and 34 check it);
-* in backward, **two layers' weights** (the one computing and the one prefetched);
-* **unsharded gradients**: the head's, computed first in backward and reduce-scattered
-  with the rest of the root at its end, and the current layer's;
-* **reduce-scatter buffers**: each unit's gradients are copied into one flat input in
-  ``reduce_dtype`` (``world`` padded shards: a full copy; lesson 34 counts it) before
-  they are freed.
-
-Two moments are the largest: the middle of backward, ``c(root + head + 3 layer) + r
-layer``, and the root's own reduce-scatter at its end, ``root (c + max(c, r))`` (its
-gradients, then their copy; its weights are resharded first). :func:`units` takes the
-larger. The transient output shard (``1/N`` of a unit) and the allocator's slack are not
-counted: an estimate to the nearest GiB, not a measurement.
+``c`` bytes) and the reduce dtype (``reduce_dtype``, ``r`` bytes): the **root's weights**,
+gathered from forward to backward (not resharded after its forward: lessons 21 and 34);
+in backward **two layers' weights** (computing, prefetched); **unsharded gradients** (the
+head's, first in backward and reduce-scattered with the root's at its end, and the current
+layer's); and **reduce-scatter buffers** (each unit's gradients copied into one flat
+``reduce_dtype`` input, ``world`` padded shards: a full copy; lesson 34 counts it). The
+largest moments: mid-backward, ``c(root + head + 3 layer) + r layer``, and the root's own
+reduce-scatter, ``root (c + max(c, r))``; :func:`units` takes the larger. The transient
+output shard and the allocator's slack are not counted: to the nearest GiB, not measured.
 
 Test: ``pytest tests/test_memory.py -k units``
 """
