@@ -4,7 +4,7 @@
     nox -l                             # the sessions: tests-2.4, tests-2.7, ... tests-2.15
     nox -s tests-2.4                   # one version (first run downloads torch: minutes)
     nox -s tests-2.4 -- -x tests/test_buckets.py   # arguments after -- go to pytest
-    nox -s summary                     # one Markdown table row per version run, for the README
+    nox -s summary                     # docs/versions.md's table: one row per version run
 
 Run the versions one at a time (`nox -s tests-2.4 tests-2.7 ...` runs them in turn): each suite
 uses every core it is given, and two at once only make both slow. Environments are kept in .nox/
@@ -26,7 +26,7 @@ import xml.etree.ElementTree as ET
 
 import nox
 
-# The releases the README promises, kept in one list with the tests (the test run names the
+# The releases docs/versions.md promises, kept in one list with the tests (the test run names the
 # newest of them); the floor is pyproject's `torch>=2.4`.
 sys.path.insert(0, str(pathlib.Path(__file__).parent / "tests"))
 from torch_versions import TORCH_VERSIONS  # noqa: E402
@@ -120,7 +120,7 @@ def _row(row: dict) -> str:
 
 @nox.session(python=False)
 def summary(session: nox.Session) -> None:
-    """Print the README table from the last run of each version."""
+    """Print docs/versions.md's table from the last run of each version."""
     print("| torch | result (`python -m pytest`) | date | commit |")
     print("| --- | --- | --- | --- |")
     for version in TORCH_VERSIONS:

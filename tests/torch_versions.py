@@ -1,4 +1,4 @@
-"""The torch releases the README's matrix verifies: one list for ``noxfile.py`` and the tests.
+"""The torch releases docs/versions.md verifies: one list for ``noxfile.py`` and the tests.
 
 ``nox -s tests-<major.minor>`` runs the README's test command against each of them; the test
 run ends with one line naming the installed torch and the newest verified one (``conftest.py``),
@@ -24,7 +24,7 @@ def verified_line(installed: str) -> str:
         return (
             f"torch {installed} is newer than the newest verified release ({newest}): the "
             "suite has not been run on it — a failure may be torch's change, not yours "
-            "(README: Tested torch versions)"
+            "(docs/versions.md)"
         )
     verified = any(release(installed)[:2] == release(v)[:2] for v in TORCH_VERSIONS)
     return f"torch {installed}; newest verified release {newest}" + (

@@ -4,9 +4,9 @@ Each cell names the test that trains minidp's wrapper and torch's equivalent sid
 with that move over several steps and compares them with ``torch.equal`` ("equal"), or that
 checks minidp refuses the move the way torch does ("refused"), or says it is not verified
 yet ("open", with why). ``tests/test_training_matrix.py`` checks that every named test
-exists and that the README's table is this one:
+exists and that docs/verification.md's table is this one:
 
-    python tests/training_matrix.py        # print the README table
+    python tests/training_matrix.py        # print the table for docs/verification.md
 
 The DDP and ZeRO rows are in ``matrix_cells_ddp_zero.py``.
 """
@@ -127,7 +127,7 @@ def cells() -> dict[tuple[str, str], Cell]:
 
 
 def table() -> str:
-    """The README's Markdown table: rows are wrappers, columns moves."""
+    """docs/verification.md's Markdown table: rows are wrappers, columns moves."""
     every = cells()
     lines = ["| | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for row in ROWS:
