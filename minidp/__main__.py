@@ -30,9 +30,9 @@ DEMOS = {
 }
 BENCHES = {
     "allreduce": "minidp all_reduce (auto) vs ring vs naive vs gloo: time, algbw, busbw, ratio",
+    "checked": "checked mode (MINIDP_DEBUG=DETAIL) vs plain: the cost per all-reduce",
     "dp": "minidp DataParallel vs torch.nn.DataParallel vs one device: step time, bytes",
     "ddp": "minidp DDP vs torch DDP (overlap, no overlap, naive) and a bucket-size sweep",
-    "faults": "six faults in fresh worlds: time to a clear error, leaks; checked mode's cost",
     "fsdp": "minidp fully_shard vs torch FSDP2: ABBA verdict vs 1.05x, gathers, bytes moved",
     "scaling": "step time and bytes per rank vs model size, minidp and torch: table + PNG",
     "zero": "minidp ZeRO-1/2, HSDP vs torch's: ABBA verdicts vs targets, bytes moved",

@@ -1,10 +1,10 @@
-"""The catalog of faults and bad inputs, beyond the few ``python -m minidp bench faults``
-times: ``pytest -m slow tests/test_fault_catalog.py`` runs every row (this file's, and the
-launcher's and the collectives' rows in ``fault_cases_launch.py``, ``fault_cases_comm.py``).
+"""Faults and bad inputs of DDP, DataParallel and training loops, rows of the catalog
+(``fault_catalog.py``: ``python tests/fault_catalog.py``, ``pytest -m slow
+tests/test_fault_catalog.py``).
 
-Each :class:`~minidp.tools.bench.fault_runner.Fault` names its world ("processes",
+Each :class:`fault_runner.Fault` names its world ("processes",
 "threads" or "local"), a rank function that misbehaves on purpose, and the regex the first
-line of a CLEAR error must match; the bench's runner (``run_fault``) starts the world,
+line of a CLEAR error must match; the runner (``fault_runner.run_fault``) starts the world,
 times the error and judges it. Rank functions are module level: spawned rank processes
 import them by name.
 """
@@ -16,11 +16,11 @@ import os
 
 import torch
 import torch.distributed as dist
+from fault_runner import STALL_S, Fault
 from torch import nn
 
 import minidp
 from minidp.comm import all_reduce, checked
-from minidp.tools.bench.fault_runner import STALL_S, Fault
 
 # ---- rank functions (module level: they travel to the rank processes) ---------------------
 

@@ -22,13 +22,13 @@ import warnings
 import torch
 import torch.distributed as dist
 from fault_cases import like_torch
+from fault_runner import Fault
 from fault_scripts import ScriptFailed, subprocess_env
 from torch import nn
 
 import minidp
 from minidp.comm import all_reduce
 from minidp.comm import group as groups
-from minidp.tools.bench.fault_runner import Fault
 
 # ---- rank functions -------------------------------------------------------------------
 

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import torch
 from fault_cases import like_torch
+from fault_runner import Fault
 from fault_scripts import SCRIPTS, script, subprocess_env
 from torch import nn
 
 import minidp
 from minidp.launch import ProcessWorld, child_processes, run_threads, spawn
-from minidp.tools.bench.fault_runner import Fault
 
 
 def is_alive(pid: int) -> bool:

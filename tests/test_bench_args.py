@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from minidp.tools.bench import allreduce, ddp, dp, faults, scaling
+from minidp.tools.bench import allreduce, checked, ddp, dp, scaling
 
 CASES = [
     (allreduce, ["--worlds", "0"], r"--worlds: expected a world size of at least 2 ranks, got '0'"),
@@ -30,7 +30,7 @@ CASES = [
     (dp, ["--devices", "0"], r"--devices: expected a positive integer, got '0'"),
     (dp, ["--devices", "2,four"], r"--devices: expected a positive integer, got 'four'"),
     (dp, ["--intra-op-threads", "-1"], r"--intra-op-threads: expected an integer >= 0"),
-    (faults, ["--sizes", "0"], r"--sizes: expected a positive integer, got '0'"),
+    (checked, ["--sizes", "0"], r"--sizes: expected a positive integer, got '0'"),
     (scaling, ["--warmup", "-1"], r"--warmup: expected an integer >= 0, got '-1'"),
 ]
 
@@ -59,7 +59,7 @@ def test_the_command_line_says_it_the_same_way():
 
 def test_good_values_still_parse():
     """The validators let the documented forms through (no run: --help exits 0)."""
-    for bench in (allreduce, ddp, dp, faults, scaling):
+    for bench in (allreduce, checked, ddp, dp, scaling):
         with pytest.raises(SystemExit) as exit_info:
             bench.main(["--help"])
         assert exit_info.value.code == 0

@@ -1,9 +1,9 @@
 """Every fault and bad input a reliability review found: each ends in a clear error (or the
 result torch gives), without a hang and with nothing left behind.
 
-The catalog: ``python -m minidp bench faults``'s few timed rows, then
-``fault_cases.py``, ``fault_cases_launch.py`` and ``fault_cases_comm.py``. Each row runs
-in a fresh world through the bench's runner (``minidp.tools.bench.fault_runner``), which
+The catalog (``fault_catalog.py``): six rows a class can watch, then ``fault_cases.py``,
+``fault_cases_launch.py`` and ``fault_cases_comm.py``. Each row runs in a fresh world
+through ``fault_runner.py``, which
 times it, names the root cause and counts the processes and rank threads left over.
 About three minutes on 2 cores (a fresh world per row, several stalls of a 2 s timeout by
 design), so it is marked ``slow``; ``tests/test_faults.py`` and
@@ -15,14 +15,9 @@ Run: ``pytest -m slow tests/test_fault_catalog.py`` (``-k WORD`` picks rows by n
 from __future__ import annotations
 
 import pytest
-from fault_cases import FAULTS
-from fault_cases_comm import COMM_FAULTS
-from fault_cases_launch import LAUNCH_FAULTS
+from fault_catalog import CATALOG, silent_pairing
+from fault_runner import run_fault
 
-from minidp.tools.bench import faults as bench
-from minidp.tools.bench.fault_runner import run_fault
-
-CATALOG = bench.FAULTS + FAULTS + LAUNCH_FAULTS + COMM_FAULTS
 NO_ERROR = ("no error (like torch)", "clear:")  # rows whose right outcome is no exception
 
 
@@ -36,7 +31,7 @@ def test_the_catalog_names_each_row_once():
 def test_every_fault_ends_clearly_without_a_hang_or_leftovers(fault):
     outcome = run_fault(fault)
     assert not outcome.hung and outcome.leftovers == 0, outcome
-    if fault.on_success is bench.silent_pairing:  # plain mode: what checked mode refuses
+    if fault.on_success is silent_pairing:  # plain mode: what checked mode refuses
         assert outcome.verdict.startswith("no error, WRONG RESULT"), outcome.verdict
         return
     clear = outcome.verdict == "clear" or outcome.verdict.startswith(NO_ERROR)

@@ -28,6 +28,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+from fault_catalog import killed_mid_all_reduce
 from helpers import gloo_reduce_scatter
 from torch import nn
 
@@ -35,7 +36,6 @@ import minidp
 from minidp.comm import all_reduce, checked
 from minidp.comm import group as groups
 from minidp.launch import ProcessWorld, WorkerError, child_processes, run_threads, spawn
-from minidp.tools.bench.faults import killed_mid_all_reduce
 
 DDP = minidp.DistributedDataParallel
 SHORT = 2.0  # seconds: the group timeout of the stall tests
@@ -92,7 +92,7 @@ def test_a_rank_that_stops_calling_makes_the_others_time_out_naming_it(how, patt
 
 
 # ---- a rank is SIGKILLed in the middle of a large ring all-reduce ----------------------
-# (the injector lives in minidp/tools/bench/faults.py, which times the same fault)
+# (the injector lives in fault_catalog.py, whose catalog times the same fault)
 
 
 def test_rank_killed_mid_all_reduce_is_the_root_cause_and_nothing_is_left():
@@ -436,10 +436,10 @@ def test_all_reduce_of_a_leaf_that_requires_grad_works_like_torch():
     assert all(torch.equal(t, torch.full((3,), 3.0)) for t in out)
 
 
-def test_bench_faults_prints_a_row_per_fault(capsys):
-    from minidp.tools.bench import faults
+def test_the_fault_catalog_prints_a_row_per_fault(capsys):
+    import fault_catalog
 
-    assert faults.main(["--only", "op sum vs max", "--no-cost"]) == 0
+    assert fault_catalog.main(["--only", "op sum vs max"]) == 0
     out = capsys.readouterr().out
     assert "| 1 | desync | op sum vs max | 2 threads | rank " in out
     assert "raised MismatchError: all_reduce: rank 1 passed" in out and "| clear |" in out

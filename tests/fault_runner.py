@@ -1,7 +1,7 @@
 """Run one fault in a fresh world: time it to the error, judge the error, count leftovers.
 
-Used by ``python -m minidp bench faults`` (its rows: ``faults.py``) and by the whole
-catalog of faults and bad inputs, ``pytest -m slow tests/test_fault_catalog.py``. A
+Used by the catalog of faults and bad inputs (``fault_catalog.py``: ``python
+tests/fault_catalog.py``, ``pytest -m slow tests/test_fault_catalog.py``). A
 :class:`Fault` names its world ("processes", "threads" or "local"), a rank function that
 misbehaves on purpose, and the regex the first line of a CLEAR error must match;
 :func:`run_fault` starts the world, times the error and returns an :class:`Outcome`.
