@@ -108,13 +108,19 @@ def traffic(model: nn.Module) -> Traffic:
 
 
 def sharded_bytes(model: nn.Module) -> dict[str, int]:
-    """This rank's bytes: ``params``, ``grads``, ``gathered`` now, ``peak_gathered`` last step."""
-    params = grads = gathered = 0
+    """This rank's own bytes (its storages, padding included; not DTensor's global sizes):
+    ``params``, ``grads``, ``gathered`` now, ``peak_gathered`` last step."""
+    params = gathered = 0
+    grad_storages: dict[int, int] = {}  # a unit's gradients view one reduce-scatter output
     units = _units(model)
     root = units[0].root
     for unit in units:
-        params += sum(p.nbytes for p in unit.padded)
-        grads += sum(local(p.grad).nbytes for p in unit.sharded if p.grad is not None)
+        params += sum(p.nbytes for p in unit.padded)  # rank-local, padded
+        for p in unit.sharded:
+            if p.grad is not None:  # the padded (T_grad,) buffer its rows live in
+                storage = local(p.grad).untyped_storage()
+                grad_storages[storage.data_ptr()] = storage.nbytes()
         gathered += sum(p.untyped_storage().nbytes() for p in unit.full_local)
+    grads = sum(grad_storages.values())
     peak = root.peak_gathered if root is not None else 0
     return {"params": params, "grads": grads, "gathered": gathered, "peak_gathered": peak}
