@@ -185,12 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     while n <= args.max_size:
         sizes.append(n)
         n *= 4
+    load = os.getloadavg()[0]
+    busy = " (other work shares the CPU: read the middle halves)" if load > 0.5 else ""
     print(
         f"all-reduce benchmark on {platform.machine()} with {os.cpu_count()} CPU cores, "
         f"torch {torch.__version__}, float32, gloo over loopback; sizes "
         f"{fmt_bytes(sizes[0])}..{fmt_bytes(sizes[-1])}, worlds {args.worlds}; load average "
-        f"{os.getloadavg()[0]:.1f} (above the core count, other work shares the CPU: read the "
-        "middle halves)",
+        f"{load:.1f} before it starts{busy}",
         flush=True,
     )
     results = {}
