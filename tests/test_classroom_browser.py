@@ -418,6 +418,8 @@ def test_the_model_gap_is_explained_beside_both_numbers(browser_page, recorded):
     steps = [e for e in events(recorded[0]) if e["name"] == "ring step"]
     link = next(e for e in recorded[0]["traceEvents"] if e.get("name") == "link alpha-beta")["args"]
     chunk = steps[0]["args"]["bytes"]
+    if link["beta_bytes_per_us"] is None:  # a run too noisy to read a bandwidth: no model to
+        return  # compare (test_classroom_whatif.py checks what the page says then)
     model = 6 * (link["alpha_us"] + chunk / link["beta_bytes_per_us"])  # 2(W-1) messages of N/W
     start = min(e["ts"] for e in steps if e["args"]["step"] == 1)
     measured = max(e["ts"] + e["dur"] for e in steps) - start

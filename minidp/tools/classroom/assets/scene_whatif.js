@@ -193,7 +193,7 @@
         const outs = el("div", { id: "whatif-out", class: "whatif-out" });
         const main = Draw.main(el("div", { class: "whatif" }, ins, stale, charts));
         stage.append(main, outs);
-        if (L) stage.append(el("p", { class: "formula", text: `This recording's link (links: "this recording's"): ${Model.describe(L)}` }));
+        if (L) stage.append(el("p", { class: "formula", text: `This recording's link${RECORDED ? ' (links: "this recording\'s")' : ""}: ${Model.describe(L)}` }));
         const chartH = Math.max(220, room.h - main.offsetHeight - Draw.smallPx() * 4.5);
         refresh = () => {
           const keys = Object.keys(bad);
