@@ -5,14 +5,17 @@ per test: ``process_world(n)`` returns a cached ``ProcessWorld`` of ``n`` ranks,
 first use and restarted only if a test broke it (a failing rank marks it broken).
 Functions sent to the ranks must be module-level (picklable).
 
-The lessons' runs start when collection ends and run beside the other tests; the lesson
-tests, which collect them, run last (``lesson_runs.py`` says why).
+The lessons' runs, the exercise checks and the real scripts' torchrun launches start when
+collection ends and run beside the other tests; the tests that collect them run last
+(``lesson_runs.py`` says why).
 """
 
 from __future__ import annotations
 
 import pytest
+import test_exercises
 import test_lessons
+import test_real_scripts
 import torch
 from torch_versions import verified_line
 
@@ -24,13 +27,21 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(verified_line(torch.__version__))
 
 
+LAST = ("test_exercises", "test_real_scripts", "test_lessons")  # they read background runs
+
+
 def pytest_collection_modifyitems(items):
-    """The lesson tests last (a stable sort: every other test keeps its order)."""
-    items.sort(key=lambda item: getattr(item.module, "__name__", "") == "test_lessons")
+    """The tests that read background runs last, in the runs' order (a stable sort: every
+    other test keeps its order)."""
+    place = lambda item: getattr(item.module, "__name__", "")
+    items.sort(key=lambda item: LAST.index(place(item)) + 1 if place(item) in LAST else 0)
 
 
 def pytest_collection_finish(session):
-    test_lessons.start_runs(session)
+    # the runs in the order their tests come up: the exercises', the scripts', the lessons'
+    first = test_exercises.background_jobs(session.items)
+    first |= test_real_scripts.background_jobs(session.items)
+    test_lessons.start_runs(session, first)
 
 
 def pytest_sessionfinish(session):

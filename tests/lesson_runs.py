@@ -13,7 +13,12 @@ a leftover. The runner starts before any test, so it is in every snapshot. It re
 ``widen N`` lines on stdin, writes one JSON line per finished run, and kills its lessons
 when stdin closes (the test process ended, however it ended).
 
-Used by ``conftest.py`` (start, widen, stop) and ``test_lessons.py`` (results).
+The exercise checks (``test_exercises.py``) and the real scripts' torchrun launches
+(``test_real_scripts.py``) are jobs here too, queued before the lessons, their tests placed
+just before the lessons' (``conftest.py``).
+
+Used by ``conftest.py`` (start, widen, stop), ``test_lessons.py``, ``test_exercises.py``
+and ``test_real_scripts.py`` (results).
 """
 
 from __future__ import annotations
@@ -61,6 +66,9 @@ class LessonRuns:
             {"jobs": [[list(key), argv] for key, argv in jobs.items()], "timeout_s": timeout_s}
         )
         threading.Thread(target=self._collect, name="lesson-results", daemon=True).start()
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._futures
 
     def widen(self, workers: int) -> None:
         """Run up to ``workers`` lessons at once from now on."""

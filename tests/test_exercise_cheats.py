@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,8 @@ CHEATS = [
     # 4. swapping code, not names (and, the older way, names)
     ("ring_all_reduce", "swap_code", 2, "minidp.tools.exercise.spec.compare.__code__"),
     ("ring_all_reduce", "patch_reference", 2, "minidp.tools.exercise.reference.all_reduce"),
+    ("ring_all_reduce", "unlinks_by_dir_fd", 2,
+     "os.remove on no-such-module-of-minidp.py: code under check may not change the package"),
     # 5. calling the library's answer, or the answer key
     ("reduce_scatter", "calls_library", 1, "reduce_scatter is this exercise's answer"),
     ("all_gather", "calls_library", 1, "all_gather is this exercise's answer"),
@@ -119,3 +123,14 @@ def test_check_all_json_grades_a_folder_of_honest_wrong_and_cheating_files(tmp_p
         assert entries[cheat]["tamper"], entries[cheat]
     assert "subclass not from torch" in entries["naive_all_reduce"]["tamper"][0]
     assert entries["broadcast"]["status"] == "missing"
+
+
+def test_a_check_run_from_inside_the_lessons_folder_passes_the_solution():
+    """A learner in ``lessons/``: the checker's own clean-up (``shutil.rmtree`` of its rank
+    folder, entries removed by names relative to the folder) is not the learner writing into
+    the lessons (it was judged against the working directory once, and refused)."""
+    lessons = find("no_sync_accumulation").solution.parents[1]
+    cmd = [sys.executable, "-m", "minidp", "exercise", "check", "no_sync_accumulation",
+           "--path", "solutions/no_sync_accumulation.py", "--generated", "0"]  # fmt: skip
+    out = subprocess.run(cmd, cwd=lessons, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "TAMPERING" not in out.stdout, out.stdout[-3000:] + out.stderr

@@ -33,15 +33,16 @@ RUNS = pytest.StashKey[LessonRuns]()
 PARALLEL = 2  # the machine has 2 cores; multi-rank lessons start their own processes
 
 
-def start_runs(session: pytest.Session) -> LessonRuns | None:
-    """Start the selected lessons (conftest, when collection ends), one at a time for now:
-    the rest of the suite runs beside them. ``-k 08_`` starts one lesson, not all."""
+def start_runs(session: pytest.Session, first: dict | None = None) -> LessonRuns | None:
+    """Start the selected lessons (conftest, when collection ends), after the jobs ``first``
+    (other tests' subprocess runs, same form), one at a time for now: the rest of the suite
+    runs beside them. ``-k 08_`` starts one lesson, not all."""
     wanted = {
         (item.callspec.params["how"], item.callspec.params["name"])
         for item in session.items
         if item.originalname == "test_lesson_runs_and_checks_pass"
     }
-    if not wanted:
+    if not wanted and not first:
         return None
     # the longest lessons first, so the runs do not end waiting on one
     order = sorted(LESSONS, key=lambda name: not name.startswith(("17", "05", "10", "06")))
@@ -50,7 +51,8 @@ def start_runs(session: pytest.Session) -> LessonRuns | None:
         # jupytext converts the # %% cells, nbclient runs them in a Jupyter kernel
         "notebook": lambda name: [sys.executable, str(NOTEBOOK_RUNNER), name],
     }
-    jobs = {(how, name): argv[how](name) for how in argv for name in order if (how, name) in wanted}
+    jobs = dict(first or {})
+    jobs |= {(h, n): argv[h](n) for h in argv for n in order if (h, n) in wanted}
     runs = LessonRuns(jobs)
     runs.widen(1)
     session.config.stash[RUNS] = runs

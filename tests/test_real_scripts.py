@@ -10,8 +10,12 @@ style of pytorch/examples' DDP tutorial series, one in the style of nanoGPT's
    everything else is untouched (the test checks that);
 
 each launched twice: from scratch, then resumed from the checkpoint the first launch
-wrote. Every rank's losses and the checkpoints must be ``torch.equal``. Between them the
-scripts use ``device_ids`` (on GPU), ``LOCAL_RANK``, ``DistributedSampler.set_epoch``,
+wrote. The launches are subprocesses that wait mostly on each other, so they start when
+collection ends and run in the background beside the other tests (``conftest.py``,
+``lesson_runs.py``; ``python tests/test_real_scripts.py SCRIPT torch|minidp DIR`` is one
+such job); the test compares what they wrote: every rank's losses and the checkpoints
+must be ``torch.equal``. Between them the scripts use ``device_ids`` (on GPU),
+``LOCAL_RANK``, ``DistributedSampler.set_epoch``,
 ``no_sync`` and ``require_backward_grad_sync`` accumulation, ``clip_grad_norm_`` (after
 ``GradScaler.unscale_``), LR schedules, weight-decay groups, tied weights, eval forwards
 under ``no_grad``, ``Join`` for uneven data with ZeRO beside DDP, and save/resume.
@@ -23,8 +27,10 @@ Run: ``pytest tests/test_real_scripts.py``
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -154,11 +160,52 @@ def test_the_swap_changes_only_the_import_lines():
         ]
 
 
+VARIANTS = ("torch", "minidp")
+_ROOTS: dict[str, Path] = {}  # script -> where its background launches write
+
+
+def background_jobs(items) -> dict[tuple[str, str], list[str]]:
+    """The launches of the selected scripts, as jobs for the background runner (conftest):
+    ``(kind, name) -> argv``, each job one variant's two launches into its script's folder."""
+    jobs = {}
+    for item in items:
+        if item.originalname == "test_script_gives_torchs_bits_with_minidp_swapped_in":
+            script = item.callspec.params["script"]
+            root = _ROOTS[script] = Path(tempfile.mkdtemp(prefix="minidp-real-script-"))
+            for variant in VARIANTS:
+                jobs[("real script", f"{variant}:{script}")] = [
+                    sys.executable, __file__, script, variant, str(root)]  # fmt: skip
+    return jobs
+
+
+@pytest.fixture
+def launched(request, tmp_path):
+    """``launched(script) -> (torch's folder, minidp's folder)``: the background runs where
+    conftest started them, else (a run without the runner) launched here, one after another."""
+    from test_lessons import RUNS
+
+    runs = request.config.stash.get(RUNS, None)
+
+    def get(script: str) -> tuple[Path, Path]:
+        if runs is None or script not in _ROOTS:
+            return tuple(run_both_launches(script, v, tmp_path) for v in VARIANTS)
+        request.addfinalizer(lambda: shutil.rmtree(_ROOTS[script], ignore_errors=True))
+        for variant in VARIANTS:
+            rc, out, seconds = runs.result(("real script", f"{variant}:{script}"))
+            assert rc == 0, f"{script} ({variant}) exited {rc} after {seconds:.0f}s:\n{out[-4000:]}"
+        return tuple(_ROOTS[script] / v for v in VARIANTS)
+
+    return get
+
+
 @pytest.mark.parametrize("script", list(SCRIPTS_UNDER_TEST))
-def test_script_gives_torchs_bits_with_minidp_swapped_in(script, tmp_path):
-    theirs = saved(run_both_launches(script, "torch", tmp_path))
-    ours = saved(run_both_launches(script, "minidp", tmp_path))
+def test_script_gives_torchs_bits_with_minidp_swapped_in(script, launched):
+    theirs, ours = (saved(out) for out in launched(script))
     losses = [name for name in theirs if "rank" in name]
     assert len(losses) == 4, f"expected losses of 2 ranks x 2 launches, got {list(theirs)}"
     assert all(len(theirs[name]) > 3 for name in losses)  # they trained
     assert_same(theirs, ours, script)
+
+
+if __name__ == "__main__":  # one background job: SCRIPT VARIANT DIR
+    run_both_launches(sys.argv[1], sys.argv[2], Path(sys.argv[3]))

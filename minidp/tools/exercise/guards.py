@@ -23,6 +23,27 @@ _FRAMES = ("sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_ref
 _SPAWNS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn")
 _WRITES = ("os.remove", "os.rename", "os.rmdir", "os.truncate", "os.chmod", "os.link",
            "os.symlink", "shutil.rmtree", "shutil.move", "shutil.copyfile")  # fmt: skip
+# where an event's path arguments (0, 1) have their dir_fd: a relative path is relative to
+# that folder, not to the working directory (shutil.rmtree unlinks its entries that way)
+_DIR_FD = {"os.remove": (1,), "os.rmdir": (1,), "os.rename": (2, 3), "os.chmod": (2,),
+           "os.link": (2, 3), "os.symlink": (None, 2), "shutil.rmtree": (1,)}  # fmt: skip
+
+
+def _paths(event: str, args: tuple) -> list:
+    """The paths an event writes, each made absolute against its dir_fd where it has one."""
+    out = []
+    for i, path in enumerate(args[:2]):
+        if not isinstance(path, (str, bytes)):
+            continue
+        where = _DIR_FD.get(event, ())
+        fd = args[where[i]] if i < len(where) and where[i] is not None else None
+        if isinstance(fd, int) and not os.path.isabs(os.fsdecode(path)):
+            try:
+                path = os.path.join(os.readlink(f"/proc/self/fd/{fd}"), os.fsdecode(path))
+            except OSError:  # no /proc: judged against the working directory, as before
+                pass
+        out.append(path)
+    return out
 
 
 class Tampering(BaseException):
@@ -129,9 +150,7 @@ def install(learners: list[str], solutions: str) -> None:
             if writing and writes_inside(args[0]):
                 refuse(f"opened {os.fsdecode(args[0])} for writing: code under check may not "
                        "change the package, the lessons or torch")  # fmt: skip
-        elif event in _WRITES and any(
-            writes_inside(a) for a in args[:2] if isinstance(a, (str, bytes))
-        ):
+        elif event in _WRITES and any(writes_inside(a) for a in _paths(event, args)):
             refuse(f"{event} on {args[0]}: code under check may not change the package, the "
                    "lessons or torch")  # fmt: skip
         elif event in _SPAWNS and solutions in repr(args):

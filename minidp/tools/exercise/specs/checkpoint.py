@@ -12,31 +12,57 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from minidp.comm import barrier
+import minidp.comm
+from minidp.comm import barrier  # the spec's own: not the wrapped one learners get
 from minidp.tools.exercise.spec import Exercise, Expected
 from minidp.tools.exercise.specs.ddp import warm
 
-LATE_S = 0.3
-_calls = threading.local()  # while a rank's learner runs: {"saves": n, "bare loads": n}
+LATE_S = 0.3  # the most rank 0 waits for the others before it saves (see learn)
+_calls = threading.local()  # while a rank's learner runs: {"saves": n, "bare loads": n, "mark"}
 
 
-def _recorded(real, key: str, bare=lambda args, kwargs: True):
+def _mark() -> None:
+    """A rank other than 0 tells rank 0 it need not wait longer: it has loaded (a file
+    rank 0 has not saved yet: the slip), waits in the lesson's barrier, or has returned."""
+    record = getattr(_calls, "record", None)
+    if record is not None and record["mark"] is not None:
+        record["mark"].touch()
+
+
+def _recorded(real, key: str, bare=lambda args, kwargs: True, mark: bool = False):
     @functools.wraps(real)
     def call(*args, **kwargs):
-        if getattr(_calls, "record", None) is not None:
+        if mark and key == "barrier":
+            _mark()  # before: the barrier returns only once rank 0 is there
+        if getattr(_calls, "record", None) is not None and key in _calls.record:
             _calls.record[key] += bare(args, kwargs)
-        return real(*args, **kwargs)
+        out = real(*args, **kwargs)
+        if mark and key != "barrier":
+            _mark()  # after: the file it read is the one rank 0 has not replaced yet
+        return out
 
     return call
 
 
 def prepare() -> None:
-    """In the zygote: ``torch.save`` / ``torch.load`` note the calls while a learner runs."""
+    """In the zygote: ``torch.save`` / ``torch.load`` note the calls while a learner runs;
+    loads and ``minidp.comm.barrier`` (the lesson's barrier) tell rank 0 how far a rank is."""
     warm()
     if not hasattr(torch.save, "__wrapped__"):
         torch.save = _recorded(torch.save, "saves")
         bare = lambda args, kwargs: "map_location" not in kwargs and len(args) < 2
-        torch.load = _recorded(torch.load, "bare loads", bare)
+        torch.load = _recorded(torch.load, "bare loads", bare, mark=True)
+        minidp.comm.barrier = _recorded(minidp.comm.barrier, "barrier", mark=True)
+
+
+def _wait_for_others(path: Path, world: int) -> None:
+    """Rank 0 is late: a loader that does not wait for it reads the old file. It waits until
+    every other rank has loaded, is in a barrier or has returned (a correct one is in the
+    barrier within milliseconds), ``LATE_S`` at most (a barrier of another making)."""
+    marks = [path.with_name(f"{path.name}.{r}") for r in range(1, world)]
+    end = time.monotonic() + LATE_S
+    while time.monotonic() < end and not all(m.exists() for m in marks):
+        time.sleep(0.002)
 
 
 def _trained(seed: int, steps: int) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -63,20 +89,26 @@ def learn(fn, case, rank, world, group):
     path = Path(tempfile.gettempdir()) / f"minidp-exercise-{os.getpid()}-{world}-{case['seed']}.pt"
     model, opt = _trained(case["seed"], case["steps"])  # the same on every rank
     fresh = _trained(case["seed"] + 1000, 0)  # a restarted job
+    marks = [path.with_name(f"{path.name}.{r}") for r in range(1, world)]
     if rank == 0:
         old = _trained(case["seed"], 1)  # yesterday's checkpoint
         torch.save({"model": old[0].state_dict(), "optimizer": old[1].state_dict()}, path)
+        for m in marks:  # a slip diagnosed on this case earlier left its marks
+            m.unlink(missing_ok=True)
     barrier(group)
     if rank == 0:
-        time.sleep(LATE_S)  # rank 0 is late: a loader that does not wait reads the old file
-    _calls.record = record = {"saves": 0, "bare loads": 0}
+        _wait_for_others(path, world)
+    mark = path.with_name(f"{path.name}.{rank}") if rank else None
+    _calls.record = record = {"saves": 0, "bare loads": 0, "mark": mark}
     try:
         fn(model, opt, *fresh, str(path), group)
+        _mark()
     finally:
         _calls.record = None
     barrier(group)  # everyone has read the file before it goes
     if rank == 0:
-        path.unlink(missing_ok=True)
+        for p in (path, *marks):
+            p.unlink(missing_ok=True)
     return [_state(*fresh), rank != 0 and record["saves"] > 0, record["bare loads"]]
 
 
@@ -101,4 +133,4 @@ EXERCISE = Exercise(
            {"world": 3, "steps": 3, "seed": 2}, {"world": 2, "steps": 1, "seed": 3, "spare": 1}),
     draw=lambda rng: {"world": rng.randint(1, 3), "steps": rng.randint(1, 3),
                       "seed": rng.randint(4, 99)},
-    generated=1, diagnose=1, prepare=prepare)  # (each case waits LATE_S)  # fmt: skip
+    generated=1, diagnose=1, prepare=prepare)  # fmt: skip
