@@ -37,7 +37,7 @@ ALL_DTYPES = list(ops.DTYPES)  # float16, bfloat16, float32, float64, int8, uint
 OPS = ["sum", "avg", "max", "min", "product"]
 # 40 drawn cases per property per run (each a thread world of up to 8 ranks): the run stays
 # short, and every run draws others
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @st.composite
