@@ -5,15 +5,14 @@ per test: ``process_world(n)`` returns a cached ``ProcessWorld`` of ``n`` ranks,
 first use and restarted only if a test broke it (a failing rank marks it broken).
 Functions sent to the ranks must be module-level (picklable).
 
-The lessons' runs, the exercise checks and the real scripts' torchrun launches start when
-collection ends and run beside the other tests; the tests that collect them run last
-(``lesson_runs.py`` says why).
+The lessons' runs and the real scripts' torchrun launches start when collection ends and
+run beside the other tests; the tests that collect them run last (``lesson_runs.py`` says
+why).
 """
 
 from __future__ import annotations
 
 import pytest
-import test_exercises
 import test_lessons
 import test_real_scripts
 import torch
@@ -27,27 +26,19 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(verified_line(torch.__version__))
 
 
-# Files whose tests mostly wait (deadlines, latency-bound thread worlds: well under one core
-# busy) go first, while the background runs keep the other core; the tests that read those
-# runs go last, in the runs' order. Every other file keeps its place (a stable sort).
-FIRST = ("test_collectives", "test_exercise_cheats", "test_exercise_guards",
-         "test_reliability_launch", "test_lesson_runner")  # fmt: skip
-LAST = ("test_exercises", "test_real_scripts", "test_lessons")
+LAST = ("test_real_scripts", "test_lessons")  # they read background runs, in the runs' order
 
 
 def pytest_collection_modifyitems(items):
-    def place(item) -> int:
-        name = getattr(item.module, "__name__", "")
-        return -1 if name in FIRST else LAST.index(name) + 1 if name in LAST else 0
-
-    items.sort(key=place)
+    """The tests that read background runs last (a stable sort: every other test keeps its
+    order)."""
+    place = lambda item: getattr(item.module, "__name__", "")
+    items.sort(key=lambda item: LAST.index(place(item)) + 1 if place(item) in LAST else 0)
 
 
 def pytest_collection_finish(session):
-    # the runs in the order their tests come up: the exercises', the scripts', the lessons'
-    first = test_exercises.background_jobs(session.items)
-    first |= test_real_scripts.background_jobs(session.items)
-    test_lessons.start_runs(session, first)
+    # the runs in the order their tests come up: the scripts', then the lessons'
+    test_lessons.start_runs(session, test_real_scripts.background_jobs(session.items))
 
 
 def pytest_sessionfinish(session):

@@ -13,12 +13,13 @@ a leftover. The runner starts before any test, so it is in every snapshot. It re
 ``widen N`` lines on stdin, writes one JSON line per finished run, and kills its lessons
 when stdin closes (the test process ended, however it ended).
 
-The exercise checks (``test_exercises.py``) and the real scripts' torchrun launches
-(``test_real_scripts.py``) are jobs here too, queued before the lessons, their tests placed
-just before the lessons' (``conftest.py``).
+The real scripts' torchrun launches (``test_real_scripts.py``: processes that mostly wait
+on each other) are jobs here too, queued before the lessons, their test placed just before
+the lessons' (``conftest.py``). More background work does not pay on 2 cores: the foreground
+tests then wait for the CPU, and everything slows.
 
-Used by ``conftest.py`` (start, widen, stop), ``test_lessons.py``, ``test_exercises.py``
-and ``test_real_scripts.py`` (results).
+Used by ``conftest.py`` (start, widen, stop), ``test_lessons.py`` and
+``test_real_scripts.py`` (results).
 """
 
 from __future__ import annotations
@@ -66,9 +67,6 @@ class LessonRuns:
             {"jobs": [[list(key), argv] for key, argv in jobs.items()], "timeout_s": timeout_s}
         )
         threading.Thread(target=self._collect, name="lesson-results", daemon=True).start()
-
-    def __contains__(self, key: tuple[str, str]) -> bool:
-        return key in self._futures
 
     def widen(self, workers: int) -> None:
         """Run up to ``workers`` lessons at once from now on."""

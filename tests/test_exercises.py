@@ -6,20 +6,14 @@ named. The wrong solutions are written another way than the slip they must be na
 a hint comes from the answers, not the code. Also: the checker's own guards name theirs, a
 deadlock ends at the deadline naming ranks and lines, and the catalogue is lazy.
 
-The per-exercise checks run in one background job, started when collection ends
-(``conftest.py``, ``lesson_runs.py``; ``python tests/test_exercises.py NAME...`` prints
-them); the test reads their verdicts.
-
 Run: ``pytest tests/test_exercises.py`` (the full drawn-case matrix: ``-m slow``).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import pytest
@@ -86,82 +80,31 @@ def test_every_file_in_the_wrong_folder_is_tested():
         assert path.is_file() and path.read_text() != (WRONG_DIR / f"{stem}.py").read_text()
 
 
-def verdicts(name: str) -> dict:
-    """Check the solution, the stub, the slips and the wrong solutions of exercise ``name``
-    in one sandbox, with the cases a learner's check runs (fixed and drawn): what the test
-    reads of each report, as JSON-able data (a background job prints it, see below)."""
+@pytest.mark.parametrize("name", NAMES)
+def test_solution_passes_stub_is_not_done_and_every_slip_names_itself(name):
+    """One sandbox for the solution, the stub, the slips and the wrong solutions of this
+    exercise, with the cases a learner's check runs (fixed and drawn)."""
     ex = find(name)
     wrong = [WRONG_DIR / f"{stem}.py" for stem in VARIANTS if stem.startswith(f"{name}__")]
     files = [ex.solution, ex.stub, *ex.slips, *wrong]
-    out = []
-    for path, rep in zip(files, check_files(ex, files)):
-        hint = rep.hint
-        out.append({"file": path.name, "stem": path.stem, "exit": exit_code(rep),
-                    "passed": rep.passed, "text": printer.summary(rep),
-                    "worlds": sorted({o.case["world"] for o in rep.outcomes}),
-                    "status": rep.failure.status if rep.failure else None,
-                    "outcomes": len(rep.outcomes), "hint": hint.name if hint else None,
-                    "named": hint.source if hint else [h.source for h in rep.slips]})  # fmt: skip
-    return {"slips": [str(p) for p in ex.slips], "files": out}
-
-
-MARK = "exercise verdicts: "  # a background job's line (python tests/test_exercises.py NAME...)
-
-
-def background_jobs(items) -> dict[tuple[str, str], list[str]]:
-    """One job for the selected exercises (conftest starts it when collection ends: one
-    zygote for all of them, beside the other tests); the test reads its lines."""
-    test = "test_solution_passes_stub_is_not_done_and_every_slip_names_itself"
-    names = [item.callspec.params["name"] for item in items if item.originalname == test]
-    return {("exercises", "verdicts"): [sys.executable, __file__, *names]} if names else {}
-
-
-@pytest.fixture(scope="module")
-def checked(request):
-    """``checked(name) -> verdicts(name)``: from the background job where conftest started
-    it, else (a run without the runner) checked here."""
-    from test_lessons import RUNS
-
-    runs = request.config.stash.get(RUNS, None)
-    job = ("exercises", "verdicts")
-    if runs is None or job not in runs:
-        return verdicts
-    rc, out, seconds = runs.result(job)
-    found = dict(
-        json.loads(line[len(MARK) :]) for line in out.splitlines() if line.startswith(MARK)
-    )
-    assert rc == 0 or found, f"the exercise checks exited {rc} after {seconds:.0f}s:\n{out[-4000:]}"
-
-    def get(name: str) -> dict:
-        assert name in found, f"no verdicts for {name} (job exited {rc}):\n{out[-4000:]}"
-        return found[name]
-
-    return get
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_solution_passes_stub_is_not_done_and_every_slip_names_itself(name, checked):
-    ex = find(name)
-    got = checked(name)
-    assert "error" not in got, got.get("error")
-    solution, stub, *rest = got["files"]
-    assert solution["passed"], solution["text"]
-    worlds = set(solution["worlds"])
+    solution, stub, *rest = check_files(ex, files)
+    assert solution.passed, printer.summary(solution)
+    worlds = {o.case["world"] for o in solution.outcomes}
     assert {1, 2} <= worlds and worlds & {3, 5}, f"too few world sizes: {worlds}"
-    assert stub["status"] == "todo" and stub["outcomes"] == 1 and stub["exit"] == 1
-    assert "not implemented yet" in stub["text"]
+    assert stub.failure.status == "todo" and len(stub.outcomes) == 1 and exit_code(stub) == 1
+    assert "not implemented yet" in printer.summary(stub)
     assert len(ex.slips) >= 2, "two classic mistakes at least, in lessons/exercises/slips/"
-    assert got["slips"] == [str(p) for p in ex.slips]  # the job checked these very files
     lesson = ex.stub.parents[1] / f"{ex.lesson}.py"
     assert f"exercise check {name}" in lesson.read_text()
     bad = []
-    for rep in rest:
-        slip = ex.slips[0].with_name(f"{VARIANTS.get(rep['stem'], rep['stem'])}.py")
-        named, text = rep["named"], rep["text"]
-        if rep["exit"] != 1 or named != str(slip.relative_to(ROOT)):
-            bad.append(f"{rep['file']}: exit {rep['exit']}, named {named}\n{text}")
-        elif f"hint ({rep['hint']}): " not in text or not re.search("expected|raised", text):
-            bad.append(f"{rep['file']}: the report does not show the hint\n{text}")
+    for path, rep in zip(files[2:], rest):
+        slip = ex.slips[0].with_name(f"{VARIANTS.get(path.stem, path.stem)}.py")
+        named = rep.hint.source if rep.hint else [h.source for h in rep.slips]
+        text = printer.summary(rep)
+        if exit_code(rep) != 1 or named != str(slip.relative_to(ROOT)):
+            bad.append(f"{path.name}: exit {exit_code(rep)}, named {named}\n{text}")
+        elif f"hint ({rep.hint.name}): " not in text or not re.search("expected|raised", text):
+            bad.append(f"{path.name}: the report does not show the hint\n{text}")
     assert not bad, "\n\n".join(bad)
 
 
@@ -204,12 +147,3 @@ def test_checking_one_exercise_imports_that_exercise_only():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["['minidp.tools.exercise.specs.comm',",
                                   "'minidp.tools.exercise.specs.ring_all_reduce']"]  # fmt: skip
-
-
-if __name__ == "__main__":  # the background job: one line of verdicts per exercise named
-    for exercise in sys.argv[1:]:
-        try:
-            found = verdicts(exercise)
-        except Exception:  # this exercise's test shows it; the others are still checked
-            found = {"error": traceback.format_exc()}
-        print(MARK + json.dumps([exercise, found]), flush=True)

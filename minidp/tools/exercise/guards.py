@@ -23,27 +23,24 @@ _FRAMES = ("sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_ref
 _SPAWNS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn")
 _WRITES = ("os.remove", "os.rename", "os.rmdir", "os.truncate", "os.chmod", "os.link",
            "os.symlink", "shutil.rmtree", "shutil.move", "shutil.copyfile")  # fmt: skip
-# where an event's path arguments (0, 1) have their dir_fd: a relative path is relative to
-# that folder, not to the working directory (shutil.rmtree unlinks its entries that way)
+# where each path argument's dir_fd is: a relative name is relative to that folder, not to
+# the working directory (shutil.rmtree unlinks its entries that way)
 _DIR_FD = {"os.remove": (1,), "os.rmdir": (1,), "os.rename": (2, 3), "os.chmod": (2,),
-           "os.link": (2, 3), "os.symlink": (None, 2), "shutil.rmtree": (1,)}  # fmt: skip
+           "os.link": (2, 3), "os.symlink": (0, 2), "shutil.rmtree": (1,)}  # fmt: skip
 
 
-def _paths(event: str, args: tuple) -> list:
-    """The paths an event writes, each made absolute against its dir_fd where it has one."""
-    out = []
-    for i, path in enumerate(args[:2]):
-        if not isinstance(path, (str, bytes)):
-            continue
-        where = _DIR_FD.get(event, ())
-        fd = args[where[i]] if i < len(where) and where[i] is not None else None
-        if isinstance(fd, int) and not os.path.isabs(os.fsdecode(path)):
-            try:
-                path = os.path.join(os.readlink(f"/proc/self/fd/{fd}"), os.fsdecode(path))
-            except OSError:  # no /proc: judged against the working directory, as before
-                pass
-        out.append(path)
-    return out
+def _paths(event: str, args: tuple) -> list[str]:
+    """The paths an event writes, each against its dir_fd where it has one."""
+    fds = [args[i] if i else None for i in _DIR_FD.get(event, ())] + [None, None]
+    return [os.path.join(_folder(fd), os.fsdecode(p)) if isinstance(fd, int) else p
+            for p, fd in zip(args[:2], fds) if isinstance(p, (str, bytes))]  # fmt: skip
+
+
+def _folder(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: judged against the working directory
+        return ""
 
 
 class Tampering(BaseException):

@@ -133,11 +133,8 @@ class _World:
     def __init__(self, run, start: int) -> None:
         self.run, self.tasks, self.start = run, run.tasks, start
         self.size = max(c["world"] + c.get("spare", 0) for _, _, c in self.tasks[start:])
-        self.barrier, self.lock, self.ended = (
-            threading.Barrier(self.size),
-            threading.Lock(),
-            threading.Event(),
-        )
+        self.barrier, self.lock = threading.Barrier(self.size), threading.Lock()
+        self.ended = threading.Event()
         self.threads: dict[int, threading.Thread] = {}
         self.now: tuple[int, float] | None = None  # (task, started): the case running
         self.office, self.answers, self.errors, self.failed_at = PostOffice(), {}, {}, 0.0
@@ -250,9 +247,8 @@ def on_processes(run) -> None:
     tasks = run.tasks
     while tasks := [task for task in tasks if task[0] not in run.skip]:
         size = max(c["world"] + c.get("spare", 0) for _, _, c in tasks)
-        runs = run_ranks(
-            _job, size, [(run.learn, run.fns[j], c) for j, _, c in tasks], run.deadline
-        )
+        jobs = [(run.learn, run.fns[j], c) for j, _, c in tasks]
+        runs = run_ranks(_job, size, jobs, run.deadline)
         for (j, i, case), ran in zip(tasks, runs):
             s, path = case.get("spare", 0), run.paths[j]
             if ran.stuck:

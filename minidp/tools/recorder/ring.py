@@ -178,33 +178,25 @@ def traffic_events(world, numel: int) -> list[dict]:
     return [e for r in world.run(_traffic_rank, numel, timeout=120.0) for e in r]
 
 
+def _round_trip(rank: int, buf: torch.Tensor, g) -> float:
+    """Rank 0 sends ``buf`` to rank 1 and gets it back; the seconds it took."""
+    t0 = time.perf_counter()
+    for send in (rank == 0, rank != 0):
+        (p2p.send if send else p2p.recv)(buf, 1 - rank, g)
+    return time.perf_counter() - t0
+
+
 def _ping_pong(rank: int, world: int) -> list[tuple[int, float]] | None:
     g = groups.resolve()
     samples = []
     if rank < 2:  # one untimed round trip first: the pair's first message pays for its setup
-        warm = torch.zeros(2)
-        if rank == 0:
-            p2p.send(warm, 1, g)
-            p2p.recv(warm, 1, g)
-        else:
-            p2p.recv(warm, 0, g)
-            p2p.send(warm, 0, g)
+        _round_trip(rank, torch.zeros(2), g)
     for nbytes in SIZES:
         buf = torch.zeros(nbytes // 4)
         dist.barrier(group=g)
-        if rank > 1:
-            continue
-        best = float("inf")
-        for _ in range(REPEATS):
-            t0 = time.perf_counter()
-            if rank == 0:
-                p2p.send(buf, 1, g)
-                p2p.recv(buf, 1, g)
-            else:
-                p2p.recv(buf, 0, g)
-                p2p.send(buf, 0, g)
-            best = min(best, time.perf_counter() - t0)
-        samples.append((nbytes, best / 2 * 1e6))  # one way, microseconds
+        if rank < 2:
+            best = min(_round_trip(rank, buf, g) for _ in range(REPEATS))
+            samples.append((nbytes, best / 2 * 1e6))  # one way, microseconds
     dist.barrier(group=g)
     return samples if rank == 0 else None
 

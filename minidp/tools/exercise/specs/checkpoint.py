@@ -21,48 +21,33 @@ LATE_S = 0.3  # the most rank 0 waits for the others before it saves (see learn)
 _calls = threading.local()  # while a rank's learner runs: {"saves": n, "bare loads": n, "mark"}
 
 
-def _mark() -> None:
-    """A rank other than 0 tells rank 0 it need not wait longer: it has loaded (a file
-    rank 0 has not saved yet: the slip), waits in the lesson's barrier, or has returned."""
-    record = getattr(_calls, "record", None)
-    if record is not None and record["mark"] is not None:
-        record["mark"].touch()
+def _recorded(real, key: str, bare=lambda args, kwargs: True):
+    """``real``, counted in the rank's record; a rank other than 0 marks (touches its file)
+    entering a barrier or after a load: rank 0 need not wait for it any longer (``learn``)."""
 
-
-def _recorded(real, key: str, bare=lambda args, kwargs: True, mark: bool = False):
     @functools.wraps(real)
     def call(*args, **kwargs):
-        if mark and key == "barrier":
-            _mark()  # before: the barrier returns only once rank 0 is there
-        if getattr(_calls, "record", None) is not None and key in _calls.record:
-            _calls.record[key] += bare(args, kwargs)
+        record = getattr(_calls, "record", None) or {}
+        if key in record:
+            record[key] += bare(args, kwargs)
+        if key == "barrier" and record.get("mark"):
+            record["mark"].touch()  # before: the barrier returns only once rank 0 is there
         out = real(*args, **kwargs)
-        if mark and key != "barrier":
-            _mark()  # after: the file it read is the one rank 0 has not replaced yet
+        if key == "bare loads" and record.get("mark"):
+            record["mark"].touch()  # after: it read the file rank 0 has not replaced yet
         return out
 
     return call
 
 
 def prepare() -> None:
-    """In the zygote: ``torch.save`` / ``torch.load`` note the calls while a learner runs;
-    loads and ``minidp.comm.barrier`` (the lesson's barrier) tell rank 0 how far a rank is."""
+    """In the zygote: save, load and the lesson's barrier note calls while a learner runs."""
     warm()
     if not hasattr(torch.save, "__wrapped__"):
         torch.save = _recorded(torch.save, "saves")
         bare = lambda args, kwargs: "map_location" not in kwargs and len(args) < 2
-        torch.load = _recorded(torch.load, "bare loads", bare, mark=True)
-        minidp.comm.barrier = _recorded(minidp.comm.barrier, "barrier", mark=True)
-
-
-def _wait_for_others(path: Path, world: int) -> None:
-    """Rank 0 is late: a loader that does not wait for it reads the old file. It waits until
-    every other rank has loaded, is in a barrier or has returned (a correct one is in the
-    barrier within milliseconds), ``LATE_S`` at most (a barrier of another making)."""
-    marks = [path.with_name(f"{path.name}.{r}") for r in range(1, world)]
-    end = time.monotonic() + LATE_S
-    while time.monotonic() < end and not all(m.exists() for m in marks):
-        time.sleep(0.002)
+        torch.load = _recorded(torch.load, "bare loads", bare)
+        minidp.comm.barrier = _recorded(minidp.comm.barrier, "barrier")
 
 
 def _trained(seed: int, steps: int) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -89,20 +74,21 @@ def learn(fn, case, rank, world, group):
     path = Path(tempfile.gettempdir()) / f"minidp-exercise-{os.getpid()}-{world}-{case['seed']}.pt"
     model, opt = _trained(case["seed"], case["steps"])  # the same on every rank
     fresh = _trained(case["seed"] + 1000, 0)  # a restarted job
-    marks = [path.with_name(f"{path.name}.{r}") for r in range(1, world)]
+    marks = [path.with_name(f"{path.name}.{r}") for r in range(world)]  # (rank 0's: unused)
     if rank == 0:
         old = _trained(case["seed"], 1)  # yesterday's checkpoint
         torch.save({"model": old[0].state_dict(), "optimizer": old[1].state_dict()}, path)
         for m in marks:  # a slip diagnosed on this case earlier left its marks
             m.unlink(missing_ok=True)
     barrier(group)
-    if rank == 0:
-        _wait_for_others(path, world)
-    mark = path.with_name(f"{path.name}.{rank}") if rank else None
-    _calls.record = record = {"saves": 0, "bare loads": 0, "mark": mark}
+    end = time.monotonic() + LATE_S
+    while rank == 0 and time.monotonic() < end and not all(m.exists() for m in marks[1:]):
+        time.sleep(0.002)  # rank 0 is late, until each other rank loaded, waits or returned
+    _calls.record = record = {"saves": 0, "bare loads": 0, "mark": rank and marks[rank]}
     try:
         fn(model, opt, *fresh, str(path), group)
-        _mark()
+        if rank:
+            marks[rank].touch()  # returned
     finally:
         _calls.record = None
     barrier(group)  # everyone has read the file before it goes
