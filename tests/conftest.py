@@ -45,6 +45,7 @@ def pytest_sessionfinish(session):
     runs = session.config.stash.get(test_lessons.RUNS, None)
     if runs is not None:
         runs.stop()  # after an interrupted or -x run: no lesson left running
+    test_real_scripts.remove_folders()  # (a test that ran removed its own already)
 
 
 @pytest.fixture(scope="session")

@@ -178,6 +178,12 @@ def background_jobs(items) -> dict[tuple[str, str], list[str]]:
     return jobs
 
 
+def remove_folders() -> None:
+    """The background launches' folders, at the session's end (deselected or interrupted)."""
+    for root in _ROOTS.values():
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture
 def launched(request, tmp_path):
     """``launched(script) -> (torch's folder, minidp's folder)``: the background runs where
@@ -189,7 +195,6 @@ def launched(request, tmp_path):
     def get(script: str) -> tuple[Path, Path]:
         if runs is None or script not in _ROOTS:
             return tuple(run_both_launches(script, v, tmp_path) for v in VARIANTS)
-        request.addfinalizer(lambda: shutil.rmtree(_ROOTS[script], ignore_errors=True))
         for variant in VARIANTS:
             rc, out, seconds = runs.result(("real script", f"{variant}:{script}"))
             assert rc == 0, f"{script} ({variant}) exited {rc} after {seconds:.0f}s:\n{out[-4000:]}"
