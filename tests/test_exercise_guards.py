@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import struct
 import types
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minidp.tools.exercise import NAMES, check, find, main, wire
+from minidp.tools.exercise import NAMES, check, find, isolate, main, wire
 from minidp.tools.exercise import report as printer
 from minidp.tools.exercise.guards import targets
 from minidp.tools.exercise.inputs import EXPONENTS, INT_LIMITS, values
@@ -60,6 +62,28 @@ def test_the_wire_rebuilds_plain_tensors_and_notes_a_subclass():
 def test_the_wire_refuses_anything_else(bad):
     with pytest.raises(wire.Malformed):
         wire.decode(bad)
+
+
+@pytest.mark.parametrize("frames,says", [
+    ([b"not json"], "sent a malformed answer (not JSON"),
+    ([{"kind": "case", "j": 0, "i": 0}], "sent a frame out of order ('case')"),
+    ([{"kind": "file", "j": 0}, *[{"kind": "case", "j": 0, "i": 1}] * 2], "order ('case')"),
+    ([{"kind": "file", "j": 0}, {"kind": "done"}], "said it was done with 0 of 2 cases"),
+])  # fmt: skip
+def test_the_judge_calls_a_frame_it_did_not_expect_tampering(frames, says):
+    """What reaches the judge's pipe but is no answer in order: a tampering finding, no grade."""
+    read_fd, write_fd = os.pipe()
+    for frame in frames:  # (bytes: a length and a body that is not JSON)
+        body = frame if isinstance(frame, bytes) else json.dumps(frame).encode()
+        os.write(write_fd, struct.pack(">I", len(body)) + body)
+    os.close(write_fd)
+    run = isolate.SandboxRun()
+    try:
+        assert isolate._read(run, read_fd, files=1, cases=2, deadline=1.0) == "malformed"
+    finally:
+        os.close(read_fd)
+    (finding,) = run.tamper[0]
+    assert says in finding and finding.endswith("something wrote into the checker's pipe")
 
 
 # ----------------------------------------------------------------------------- the group

@@ -85,8 +85,8 @@ def test_the_reference_is_the_order_of_ddps_rebuilt_buckets(process_world, numel
 
 
 def _public_owners(rank: int, world: int, groups: list) -> list:
-    """``torch_owners`` on a ZeRO without ``_partition_parameters``: each rank knows only
-    its local optimizer's ``param_groups`` (here minidp's partition) and gathers the rest."""
+    """``torch_owners`` reads only what each rank's local optimizer holds (its public
+    ``param_groups``, here minidp's partition) and gathers the rest."""
     params = [[torch.zeros(n) for n in numels] for numels in groups]
     shares = partition_parameters([{"params": ps} for ps in params], world)
     zero = SimpleNamespace(optim=SimpleNamespace(param_groups=shares[rank]))
@@ -96,7 +96,7 @@ def _public_owners(rank: int, world: int, groups: list) -> list:
 
 
 def test_partition_fallback_gathers_every_ranks_public_share():
-    """The reference's fallback for a torch without the private method gives the owners of
+    """The reference's owners, read from the public shares, are those of
     minidp's partition (itself held to torch's owners in ``tests/test_zero.py``)."""
     groups = [[3, 10, 4, 7, 1], [6, 6], [2]]
     (owners, *rest) = run_threads(_public_owners, 3, groups)

@@ -155,3 +155,18 @@ def test_the_checks_catch_a_back_edge(tmp_path):
         "minidp.comm.direct -> minidp.textbook.ring",
         "minidp.textbook.ring -> minidp.tools.bench.timing",
     ]
+
+
+# the tools must stay smaller than what they teach: lines of Python, every file counted
+BUDGETS = {"tools": 10_000, "tools/exercise": 3_500}
+
+
+def _lines(folder: pathlib.Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in folder.rglob("*.py"))
+
+
+def test_the_tools_and_the_grader_stay_within_their_line_budgets():
+    root = pathlib.Path(minidp.__file__).parent
+    sizes = {name: _lines(root / name) for name in BUDGETS}
+    over = [f"minidp/{n}: {sizes[n]} lines, budget {b}" for n, b in BUDGETS.items() if sizes[n] > b]
+    assert not over, "; ".join(over) + " — cut before adding: every line is one a reader reads"

@@ -62,13 +62,6 @@ def _check_all(folder: str | None, deadline: float, generated: int | None, as_js
     return ERROR if any(e["exit"] == ERROR for e in entries) else FAIL
 
 
-def _seconds(text: str) -> float:
-    try:
-        return check_deadline(float(text))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{exc} (got {text!r})") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="minidp exercise", description="Exercises checked against PyTorch.",
@@ -83,21 +76,22 @@ def main(argv: list[str] | None = None) -> int:
     ck.add_argument("--all", action="store_true", help="check every exercise: a score table")
     ck.add_argument("--dir", help="with --all: folder holding NAME.py files (a student's)")
     ck.add_argument("--json", action="store_true", help="with --all: the report as JSON")
-    ck.add_argument("--deadline", type=_seconds, default=DEADLINE_S, help="seconds per case")
+    ck.add_argument("--deadline", type=float, default=DEADLINE_S, help="seconds per case")
     ck.add_argument("--generated", type=int, help="drawn cases (default: the exercise's)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.action == "list":
-        if args.names:
-            print("\n".join(NAMES))
-            return PASS
         width, lessons = max(map(len, NAMES)), max(len(e[1]) for e in EXERCISES)
-        print(f"{'name':<{width}}  {'lesson':<{lessons}}  what you write")
-        for name, lesson, summary in EXERCISES:
-            print(f"{name:<{width}}  {lesson:<{lessons}}  {summary}")
-        print("\nstubs: lessons/exercises/NAME.py — check: python -m minidp exercise check NAME")
+        rows = [f"{n:<{width}}  {le:<{lessons}}  {s}" for n, le, s in (
+            ("name", "lesson", "what you write"), *EXERCISES)]  # fmt: skip
+        rows.append("\nstubs: lessons/exercises/NAME.py — check: minidp exercise check NAME")
+        print("\n".join(NAMES if args.names else rows))
         return PASS
     if args.all == bool(args.name):
         parser.error("check: give an exercise NAME or --all (see 'minidp exercise list')")
+    try:
+        check_deadline(args.deadline)
+    except ValueError as exc:
+        parser.error(f"check: {exc}")
     if args.all:
         return _check_all(args.dir, args.deadline, args.generated, args.json)
     if args.json:

@@ -21,8 +21,7 @@ class ReferenceFailed(RuntimeError):
     """torch's side of a case raised: no verdict can be given."""
 
 
-def _expected(value) -> Expected:
-    return value if isinstance(value, Expected) else Expected(value)
+_expected = lambda value: value if isinstance(value, Expected) else Expected(value)
 
 
 def _on_threads(rank: int, world: int, expect, cases: list[dict]) -> list[Expected]:

@@ -37,17 +37,15 @@ class SandboxRun:
 
 def _read(run: SandboxRun, fd: int, files: int, cases: int, deadline: float) -> str:
     """Read frames until ``done``: "", else what ended the reading ("eof", "stuck", ...)."""
-    last, kind = (-1, -1), None
-    while True:
+    last, why = (-1, -1), ""
+    while not why:
         loaded = len(run.frames) + len(run.load_errors)
         try:
             raw = wire.read_frame(fd, START_S if not loaded else deadline + WATCHDOG_S)
         except TimeoutError:
             return "stuck"
         except wire.Malformed as exc:
-            run.add_tamper(max(last[0], 0), f"the sandbox sent a malformed answer ({exc}): "
-                           "something wrote into the checker's pipe")  # fmt: skip
-            return "malformed"
+            raw, why = {}, f"sent a malformed answer ({exc})"
         if raw is None:
             return "eof"
         raw = raw if isinstance(raw, dict) else {}
@@ -69,14 +67,10 @@ def _read(run: SandboxRun, fd: int, files: int, cases: int, deadline: float) -> 
             if loaded == files and (all(done) or "stuck" in ends):  # (it stops at a stuck case)
                 return ""
             answered = sum(len(fs) for fs in run.frames.values())
-            run.add_tamper(max(last[0], 0), f"the sandbox said it was done with {answered} of "
-                           f"{files * cases} cases answered: something wrote into the "
-                           "checker's pipe")  # fmt: skip
-            return "malformed"
+            why = f"said it was done with {answered} of {files * cases} cases answered"
         else:
-            break
-    run.add_tamper(max(last[0], 0), f"the sandbox sent a frame out of order ({kind!r}): "
-                   "something wrote into the checker's pipe")  # fmt: skip
+            why = why or f"sent a frame out of order ({kind!r})"
+    run.add_tamper(max(last[0], 0), f"the sandbox {why}: something wrote into the checker's pipe")
     return "malformed"
 
 

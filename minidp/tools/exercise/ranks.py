@@ -42,8 +42,7 @@ class Run:
 
 
 def _rank(rank, world, tmp, fd, deadline, job, tasks) -> None:
-    timeout = datetime.timedelta(seconds=deadline + 1)
-    store = dist.FileStore(f"{tmp}/store", world)
+    store, timeout = dist.FileStore(f"{tmp}/store", world), datetime.timedelta(seconds=deadline + 1)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
     for task in tasks:
         with open(f"{tmp}/stack{rank}", "w") as stacks:

@@ -133,8 +133,6 @@ def status_word(report: Report) -> str:
         return ("tampering" if report.tamper else "missing" if "no file" in report.load_error
                 else "cannot import" if report.load_error else "pass" if report.passed
                 else "error: no verdict")  # fmt: skip
-    if f.status == "todo":
-        return "not implemented yet"
-    if report.hint is not None:
-        return f"fail: {report.hint.name}"
+    if f.status == "todo" or report.hint is not None:
+        return "not implemented yet" if f.status == "todo" else f"fail: {report.hint.name}"
     return {"stuck": "fail: deadlock", "error": "fail: raised"}.get(f.status, "fail: wrong")

@@ -23,11 +23,10 @@ from minidp.launch import run_threads
 from minidp.tools.exercise import guards, wire
 from minidp.tools.exercise.catalogue import find
 from minidp.tools.exercise.learner_group import DefaultGroup, PostOffice, View, Wire, guarded
-from minidp.tools.exercise.ranks import run_ranks, where_in_dump
+from minidp.tools.exercise.ranks import GRACE_S, run_ranks, where_in_dump
 from minidp.tools.exercise.spec import SOLUTIONS
 
 OUTER_S = 3600.0  # gloo's own timeout on thread ranks: a case's deadline comes first
-GRACE_S = 0.4  # after a rank raised, how long the others get to answer or raise too
 
 
 class LoadError(Exception):
@@ -134,8 +133,7 @@ class _World:
         self.run, self.tasks, self.start = run, run.tasks, start
         self.size = max(c["world"] + c.get("spare", 0) for _, _, c in self.tasks[start:])
         self.barrier, self.lock = threading.Barrier(self.size), threading.Lock()
-        self.ended = threading.Event()
-        self.threads: dict[int, threading.Thread] = {}
+        self.threads, self.ended = {}, threading.Event()  # rank -> its thread; the world ended
         self.now: tuple[int, float] | None = None  # (task, started): the case running
         self.office, self.answers, self.errors, self.failed_at = PostOffice(), {}, {}, 0.0
         self.live, self.broken, self.next = True, None, len(self.tasks)

@@ -105,9 +105,7 @@ def _tensor(obj: dict) -> torch.Tensor:
 
 
 def write_frame(fd: int, obj: Any) -> None:
-    data = json.dumps(obj, allow_nan=True).encode()
-    if len(data) > MAX_FRAME:
-        data = json.dumps({"kind": "oversized", "bytes": len(data)}).encode()
+    data = json.dumps(obj, allow_nan=True).encode()  # (past MAX_FRAME the judge refuses it)
     view = memoryview(struct.pack(">I", len(data)) + data)
     while view:
         view = view[os.write(fd, view) :]

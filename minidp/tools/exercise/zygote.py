@@ -1,7 +1,8 @@
 """The zygote: one clean process (torch imported, no threads, no process group) that forks
 every sandbox and reference worker (``minidp.launch`` spawns: a torch import per process).
 A *child subreaper*: :meth:`Zygote.kill` kills all below it, orphans too, naming them. A
-child gets fds 1, 2 (output), 3 (results) and runs ``minidp.tools.exercise.<target>.main``."""
+child gets fds 1, 2 (output), 3 (results) and runs ``minidp.tools.exercise.<target>.main``.
+The judge's side is :class:`Zygote`; from ``_tree`` on, the code runs in the zygote."""
 
 import atexit
 import contextlib
@@ -74,9 +75,6 @@ def shared() -> Zygote:
     if not _shared or _shared[0].proc.poll() is not None:
         _shared[:] = [Zygote()]
     return _shared[0]
-
-
-# ----------------------------------------------------------------------------- the zygote's side
 
 
 def _tree(root: int) -> list[int]:

@@ -9,8 +9,6 @@ from minidp.tools.exercise.inputs import dyadic, spare
 from minidp.tools.exercise.spec import Exercise, Expected, Traffic
 
 NUMELS = (24, 6, 18, 3, 3, 1)  # the model's parameters: some have fewer elements than W
-
-
 _exact = lambda shape, seed: dyadic(shape, torch.float64, torch.Generator().manual_seed(seed),
                                     (-2, 1))  # fmt: skip
 

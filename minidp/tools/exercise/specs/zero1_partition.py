@@ -1,5 +1,5 @@
 """``zero1_partition`` (lesson 19) vs the owners in torch's ``ZeroRedundancyOptimizer`` on W
-rank processes (``_partition_parameters()``, else every rank's ``param_groups``)."""
+rank processes (every rank's own ``param_groups``, gathered)."""
 
 import torch
 import torch.distributed as dist
@@ -21,15 +21,12 @@ def warm_zero() -> None:
 
 
 def torch_owners(zero, params: list[list[nn.Parameter]], group) -> list[list[int]]:
-    """The owner rank of every parameter, per group, as torch's ZeRO partitioned them."""
+    """The owner rank of every parameter, per group, as torch's ZeRO partitioned them: each
+    rank's local optimizer holds its own share (public), gathered from every rank."""
     where = {id(p): (g, i) for g, ps in enumerate(params) for i, p in enumerate(ps)}
-    if hasattr(zero, "_partition_parameters"):
-        per_rank = [[where[id(p)] for pg in pgs for p in pg["params"]]
-                    for pgs in zero._partition_parameters()]  # fmt: skip
-    else:  # public: each rank knows its own share; gather every rank's
-        per_rank = [None] * dist.get_world_size(group)
-        mine = [where[id(p)] for pg in zero.optim.param_groups for p in pg["params"]]
-        dist.all_gather_object(per_rank, mine, group=group)
+    per_rank = [None] * dist.get_world_size(group)
+    mine = [where[id(p)] for pg in zero.optim.param_groups for p in pg["params"]]
+    dist.all_gather_object(per_rank, mine, group=group)
     owners = [[-1] * len(ps) for ps in params]
     for rank, places in enumerate(per_rank):
         for g, i in places:
