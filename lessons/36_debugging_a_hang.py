@@ -167,17 +167,20 @@ def hang_lesson(rank: int, world: int) -> dict:
     if "py-spy thread" in out:
         out.pop("py-spy thread").join()
     # 2. the flight recorder (TORCH_FR_BUFFER_SIZE set before the ranks started). Reading it
-    # symbolizes every entry's stack, which takes seconds: a thread does it while 1b waits
+    # symbolizes every entry's stack, which takes seconds: a thread does it while 1b waits.
+    # 1b's group is made first: making a group while the recorder is read races in torch's
+    # recorder (a rank crashed on it, now and then)
     dumped: dict = {}
     recorder = getattr(torch._C._distributed_c10d, "_dump_fr_trace", None)  # not in 2.4
     reader = threading.Thread(target=lambda: dumped.update(pickle.loads(recorder())))
+    group_1b = short_group()
     dist.barrier()  # the next scenario starts together (default group)
     if recorder is not None:
         reader.start()
 
     # 1b. the same bug, asynchronous collectives: where do the stacks point?
     with stacks_after(HANG_S / 2, out, "faulthandler async"):
-        out["async"] = attempt(async_step, rank, short_group())
+        out["async"] = attempt(async_step, rank, group_1b)
     out["recorder"] = None  # this torch's gloo has no flight recorder
     if recorder is not None:
         reader.join()
