@@ -1,20 +1,18 @@
 """Shared fixtures: long-lived worlds of rank processes, reused across the whole session.
 
-Starting a world costs a rendezvous and a fork per rank (from a server that imported torch
-once, ``minidp/launch/forkserver.py``), so tests do not spawn per test:
-``process_world(n)`` returns a cached ``ProcessWorld`` of ``n`` ranks, started on
+Starting a rank process costs about a second (it imports torch), so tests do not spawn
+per test: ``process_world(n)`` returns a cached ``ProcessWorld`` of ``n`` ranks, started on
 first use and restarted only if a test broke it (a failing rank marks it broken).
 Functions sent to the ranks must be module-level (picklable).
 
-The exercises' checks, the real scripts' torchrun launches and the lessons' runs start
-when collection ends and run beside the other tests; the tests that collect them run last
-(``lesson_runs.py`` says why).
+The lessons' runs and the real scripts' torchrun launches start when collection ends and
+run beside the other tests; the tests that collect them run last (``lesson_runs.py`` says
+why).
 """
 
 from __future__ import annotations
 
 import pytest
-import test_exercises
 import test_lessons
 import test_real_scripts
 import torch
@@ -28,8 +26,7 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(verified_line(torch.__version__))
 
 
-# they read background runs, in the runs' order
-LAST = ("test_exercises", "test_real_scripts", "test_lessons")
+LAST = ("test_real_scripts", "test_lessons")  # they read background runs, in the runs' order
 
 
 def pytest_collection_modifyitems(items):
@@ -40,9 +37,8 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_collection_finish(session):
-    # the runs in the order their tests come up: the exercises', the scripts', the lessons'
-    jobs = test_exercises.background_jobs(session.items)
-    test_lessons.start_runs(session, jobs | test_real_scripts.background_jobs(session.items))
+    # the runs in the order their tests come up: the scripts', then the lessons'
+    test_lessons.start_runs(session, test_real_scripts.background_jobs(session.items))
 
 
 def pytest_sessionfinish(session):
