@@ -6,7 +6,8 @@ against what torch / gloo does with the same inputs.
   warning and a no-op (real processes: ``dist.new_group`` needs a default group);
 * ``MINIDP_DEBUG`` accepts exactly what ``TORCH_DISTRIBUTED_DEBUG`` accepts;
 * checked mode compares call sites a ``chdir`` does not change;
-* NaN under max/min, and expanded (stride-0) tensors, bit for bit with gloo.
+* NaN under every op (max/min: gloo's NaN rule), and expanded (stride-0) tensors, bit for
+  bit with gloo.
 
 Run: ``pytest tests/test_reliability_comm.py``
 """
@@ -206,7 +207,9 @@ def _nan_cases(rank: int, world: int) -> list[str]:
             g = torch.Generator().manual_seed(seed * 100 + rank)
             x = torch.randn(37, generator=g).to(dtype)
             x[torch.rand(37, generator=g) < 0.4] = float("nan")
-            for op in ("max", "min"):
+            # max/min: gloo's NaN rule; the others: a two-rank direct all-reduce reduces in
+            # one pass (+ and * commute), whose bits must still be gloo's, NaNs included
+            for op in ("max", "min", "sum", "product", "avg"):
                 ref = gloo_all_reduce(x.clone(), op)
                 for algorithm in ("ring", "direct"):  # auto picks direct at this size
                     ours = minidp.comm.all_reduce(x.clone(), op, algorithm=algorithm)
@@ -216,7 +219,7 @@ def _nan_cases(rank: int, world: int) -> list[str]:
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
-def test_nan_under_max_and_min_matches_gloo_bit_for_bit(world):
+def test_nan_under_every_op_matches_gloo_bit_for_bit(world):
     assert run_threads(_nan_cases, world) == [[]] * world
 
 

@@ -32,6 +32,7 @@ def all_reduce(tensor: torch.Tensor, op="sum", group=None, algorithm: str = "aut
         g = groups.resolve(group)
         world = g.size() if groups.is_member(g) else 0  # (a non-member skips it anyway)
         algorithm = "direct" if small and small <= small_bytes(world) else "ring"
+        group = g  # resolved once
     if algorithm == "direct":
         return direct_all_reduce(tensor, op, group)
     if algorithm == "ring":

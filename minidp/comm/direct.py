@@ -23,6 +23,7 @@ from minidp.comm.ring import gloo_layout, reduce_in_place
 # all_reduce takes this path up to small_bytes(world): what rides in the header's message
 # (headers.py), 1 MiB at 2 ranks, 256 KiB from 3 on
 small_bytes = payload_bytes
+COMMUTATIVE = ("sum", "avg", "product")  # max/min: gloo's NaN rule depends on the order
 
 
 @torch.no_grad()  # like c10d: a collective is not part of the autograd graph
@@ -31,18 +32,17 @@ def direct_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tenso
     Arguments as :func:`minidp.comm.ring_all_reduce`."""
 
     def body(flat: torch.Tensor, g, name: str, payloads) -> None:
-        chunks, _ = gloo_layout(flat.numel(), flat.element_size(), g.size())
         rows = None
         if payloads is not None:  # every peer's tensor came with its header
             rows = {r: b.view(flat.dtype) for r, b in payloads.items()}
-        direct_pass(flat, chunks, g, name, rows)
+        direct_pass(flat, g, name, rows)
 
     return reduce_in_place(tensor, op, group, "direct_all_reduce", body, 1, carry=True)
 
 
-def direct_pass(flat: torch.Tensor, chunks: list[tuple[int, int]], group, op: str, rows=None):
+def direct_pass(flat: torch.Tensor, group, op: str, rows=None) -> None:
     """All-reduce ``flat`` (1-D, contiguous, rank-local) in place: exchange, then reduce.
-    ``chunks`` (the ring's) fix the association; avg sums here, the caller divides.
+    The ring's chunks (``gloo_layout``) fix the association; avg sums here, the caller divides.
     ``rows``: every peer's tensor (``{rank: (numel,)}``, rank-local, overwritten), if it
     came already; else it is exchanged here."""
     rank, world = group.rank(), group.size()
@@ -54,6 +54,12 @@ def direct_pass(flat: torch.Tensor, chunks: list[tuple[int, int]], group, op: st
         sends = [p2p.isend(flat, r, group, 0) for r in rows]
         p2p.wait_all(recvs)
         p2p.wait_all(sends)  # the sends read flat: only now may it change
+    if world == 2 and op in COMMUTATIVE:
+        # two ranks: chunk 0 is x0 OP x1, chunk 1 is x1 OP x0 — the same bits for these
+        # ops (IEEE + and * commute exactly), so one pass over the whole tensor is gloo's
+        ops.combine(op, flat, rows[1 - rank])
+        return
+    chunks, _ = gloo_layout(flat.numel(), flat.element_size(), world)
     rows[rank] = flat  # row r is rank r's tensor; the reduction works in the rows
     for c, (a, b) in enumerate(chunks):
         acc = rows[(c - 1) % world][a:b]  # where the ring starts chunk c

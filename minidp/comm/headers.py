@@ -57,10 +57,10 @@ class _Posted:
     """One exchange's receives, one per peer, into ``bufs`` (rank-local); ``heads``: the
     headers' int64 fields in them, as numpy views (reading one is a list, not a tensor op)."""
 
-    __slots__ = ("bufs", "heads", "recvs")
+    __slots__ = ("bufs", "heads", "recvs", "index")
 
     def __init__(self, group, bufs: dict[int, torch.Tensor], heads: dict, tag: int) -> None:
-        self.bufs, self.heads = bufs, heads
+        self.bufs, self.heads, self.index = bufs, heads, 0
         self.recvs = [p2p.irecv(b, r, group, tag) for r, b in bufs.items()]
 
 
@@ -68,10 +68,11 @@ class _Mailbox:
     """A torch group's first messages on one channel: two receive buffer sets (one parked,
     one being read) and a send buffer, ``hb + room`` bytes each (rank-local)."""
 
-    __slots__ = ("sets", "heads", "send", "send_head", "parked", "turn")
+    __slots__ = ("sets", "heads", "send", "send_head", "parked", "turn", "hb", "cuts")
 
     def __init__(self, rank: int, world: int, hb: int, room: int) -> None:
         peers = [r for r in range(world) if r != rank]
+        self.hb = hb
         self.sets = [{r: torch.empty(hb + room, dtype=torch.uint8) for r in peers} for _ in "ab"]
         self.heads = [
             {r: b[:hb].view(torch.int64).numpy() for r, b in bufs.items()} for bufs in self.sets
@@ -80,11 +81,27 @@ class _Mailbox:
         self.send_head = self.send[:hb].view(torch.int64).numpy()  # (hb / 8,) int64
         self.parked: _Posted | None = None
         self.turn = 0  # the set the next receives go into
+        self.cuts: dict[int, tuple] = {}
 
     def post(self, group) -> _Posted:
         posted = _Posted(group, self.sets[self.turn], self.heads[self.turn], AHEAD_TAG)
+        posted.index = self.turn
         self.turn = 1 - self.turn
         return posted
+
+    def cut(self, nbytes: int) -> tuple[torch.Tensor, torch.Tensor, list[dict]]:
+        """For ``nbytes`` of data: the message to send, its data part, and each receive
+        set's data parts (``{rank: uint8 view}``). Made once per size: every call would
+        otherwise slice them anew, and the first message is the latency that counts."""
+        cut = self.cuts.get(nbytes)
+        if cut is None:
+            if len(self.cuts) >= 16:  # DDP's buckets come in a few sizes; anything else: renew
+                self.cuts.clear()
+            hb, end = self.hb, self.hb + nbytes
+            message = self.send[:end]
+            peers = [{r: b[hb:end] for r, b in bufs.items()} for bufs in self.sets]
+            cut = self.cuts[nbytes] = (message, message[hb:], peers)
+        return cut
 
 
 def _ahead(group) -> bool:
@@ -134,10 +151,10 @@ def exchange(
     else:
         for w in posted.recvs:
             w.group = group  # parked without it (see _boxes)
-    message = box.send[: hb + nbytes]
+    message, data, peers = box.cut(nbytes)
     box.send_head[:] = mine
     if nbytes:
-        message[hb:].copy_(payload.view(torch.uint8))
+        data.copy_(payload.view(torch.uint8))
     sends = [p2p.isend(message, r, group, AHEAD_TAG) for r in posted.bufs]
     for w in posted.recvs:
         w.nbytes = hb  # counted as a header on arrival; the data it carried, below
@@ -152,7 +169,7 @@ def exchange(
     p2p.wait_all(sends)  # the sends read the send buffer
     if not nbytes or any(row[-1] != nbytes for row in table):
         return table, None  # (a rank whose data is on another device sent none: no one uses it)
-    return table, {r: b[hb : hb + nbytes] for r, b in posted.bufs.items()}
+    return table, peers[posted.index]
 
 
 def linger(group, mine: list[int]) -> None:

@@ -72,9 +72,9 @@ def check_dtype(tensor: torch.Tensor, op: str, who: str) -> None:
 def combine(op: str, local: torch.Tensor, acc: torch.Tensor) -> None:
     """``local = local OP acc``, in place (avg sums here; the caller divides at the end)."""
     if op in ("sum", "avg"):
-        torch.add(local, acc, out=local)
+        local.add_(acc)
     elif op == "product":
-        torch.mul(local, acc, out=local)
+        local.mul_(acc)
     elif not local.dtype.is_floating_point:
         (torch.maximum if op == "max" else torch.minimum)(local, acc, out=local)
     elif op == "max":  # gloo's std::max(local, acc): a NaN in acc loses, a NaN in local wins

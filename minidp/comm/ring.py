@@ -179,7 +179,9 @@ def reduce_in_place(tensor: torch.Tensor, op, group, who: str, body, algorithm: 
     with p2p.operation(who):
         flat = None  # (numel,) contiguous: a view of tensor, or a copy of a strided one
         if agree.input_ok(tensor):
-            flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+            flat = tensor if tensor.dim() == 1 else tensor.reshape(-1)  # (a 1-D one as is)
+            if not flat.is_contiguous():
+                flat = flat.contiguous()
             if flat.numel() == 1:  # one element may keep any stride (an expanded dim narrowed
                 flat = flat.as_strided((1,), (1,))  # to 1): a byte view of it needs stride 1
         payload = flat if carry and flat is not None and flat.numel() else None
