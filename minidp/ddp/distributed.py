@@ -6,7 +6,7 @@
 Construction checks that the ranks' models match (``checks.py``) and broadcasts rank 0's
 state; each forward broadcasts buffers and arms the reducer (``reducer.py``); ``Join``
 works (``join.py``); ``torch.save(model)`` and ``copy.deepcopy`` work as on torch's (over
-the default group); ``_get_ddp_logging_data()`` reports as torch's (``logger.py``);
+the default group, ``pickling.py``); ``_get_ddp_logging_data()`` reports as torch's (``logger.py``);
 ``torch.compile(model)`` compiles the module and leaves the bookkeeping eager. Parameters
 match torch's DDP on gloo bit for bit. The book's DDP in one screen:
 ``minidp/textbook/ddp.py``.
@@ -20,12 +20,11 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 import torch
-import torch.distributed as dist
 from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
 from minidp import trace
 from minidp.comm import group as groups
-from minidp.ddp import arguments, checks, hooks
+from minidp.ddp import arguments, checks, hooks, pickling
 from minidp.ddp.buckets import BucketCaps, broadcast_coalesced, bucket_of_params
 from minidp.ddp.join import DDPJoinHook, announce_sync, common_rank
 from minidp.ddp.logger import Logger
@@ -138,33 +137,10 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         checks.mark_wrapped(self.module, self)
 
     def __getstate__(self) -> dict:
-        """Pickle (``torch.save(ddp)``, ``copy.deepcopy``) without the group and the reducer,
-        as torch's: only a DDP over the default group, which unpickling takes again."""
-        if self.process_group is not _default_group():
-            raise self.logger.error(
-                RuntimeError,
-                "DDP Pickling/Unpickling are only supported when using DDP with the default "
-                "process group. That is, when you have called init_process_group and have not "
-                "passed process_group argument to DDP constructor. Hint: save the module's "
-                "state_dict() (ddp.module.state_dict()) instead",
-            )
-        state = dict(self.__dict__)
-        for live in ("process_group", "reducer", "logger"):  # threads, hooks, the group
-            del state[live]
-        return state
+        return pickling.getstate(self)
 
     def __setstate__(self, state: dict) -> None:
-        """A loaded DDP: the default group, a fresh reducer (no broadcast: torch's neither)."""
-        state["process_group"] = _default_group()
-        if state["process_group"] is None:
-            raise RuntimeError(
-                "DistributedDataParallel: loading a pickled DDP needs the default process "
-                "group, and there is none. Hint: call torch.distributed.init_process_group(...) "
-                "before torch.load"
-            )
-        super().__setstate__(state)
-        self._build_reducer()  # without a comm hook: torch's loaded DDP has none either
-        self.reducer.install()
+        pickling.setstate(self, state, super().__setstate__)
 
     @property
     def broadcast_buffers(self) -> bool:
@@ -291,11 +267,8 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
 
     def _will_sync_buffers(self) -> bool:
         """Buffers are broadcast before this forward (torch's ``will_sync_module_buffers``)."""
-        return (
-            self.require_forward_param_sync
-            and self.forward_sync_buffers
-            and bool(self._buffers_list())
-        )
+        sync = self.require_forward_param_sync and self.forward_sync_buffers
+        return sync and bool(self._buffers_list())
 
     def _buffers_list(self) -> list[torch.Tensor]:
         # Re-read the buffers each time: a module may reassign them (self.x = tensor).
@@ -306,8 +279,3 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
 
     def _broadcast_coalesced(self, tensors: list[torch.Tensor], src: int = 0) -> None:
         broadcast_coalesced(tensors, self.process_group, src)
-
-
-def _default_group():
-    """The group ``init_process_group`` made (None without one, or in a thread world)."""
-    return dist.group.WORLD if dist.is_initialized() else None

@@ -6,34 +6,27 @@ Use it *instead of* DDP (it does the gradient reduction itself)::
     loss_fn(net(x), y).backward()   # buckets reduce-scattered as their gradients are ready
     opt.step()                      # step my rows of every parameter, then all-gather them
 
-Each of ``W`` ranks holds the whole parameters but ``1/W`` of the gradients and of the
-optimizer state. Parameters are cut on dim 0 (``fsdp/shard.py``: FSDP2's rule), so
-a bucket splits into the equal pieces a reduce-scatter needs. A post-accumulate-grad hook
-writes each gradient, divided by ``W`` as in DDP, into its bucket's send buffer (rank by
-rank, padded to ``ceil(rows/W)`` rows) and frees ``.grad``; a complete bucket is
+Each of ``W`` ranks holds the whole parameters but ``1/W`` of the gradients and optimizer
+state. Parameters are cut on dim 0 (``fsdp/shard.py``: FSDP2's rule). A post-accumulate-grad
+hook writes each gradient, divided by ``W`` as in DDP, into its bucket's send buffer (rank
+by rank, padded to ``ceil(rows/W)`` rows) and frees ``.grad``; a complete bucket is
 reduce-scattered on DDP's communication thread (``comm/launch_queue.py``) while autograd
-goes on. The local optimizer steps leaf *views* of this rank's rows (in place); one
-all-gather per bucket then fills in the others' rows. Volume: DDP's all-reduce.
+goes on. The local optimizer steps leaf *views* of this rank's rows; one all-gather per
+bucket fills in the others' rows. Volume: DDP's all-reduce.
 
-As FSDP2: a second backward before ``zero_grad`` accumulates; ``no_sync()`` (FSDP2:
-``set_requires_gradient_sync(False)``) keeps full local gradients; a freed ``.grad`` is a
+As FSDP2: a second backward before ``zero_grad`` accumulates; ``no_sync()``
+(``set_requires_gradient_sync(False)``) keeps full local gradients; a freed ``.grad`` is a
 ``Shard(0)`` DTensor of this rank's reduced rows (``None`` in a thread world and for 0-d
-parameters), so ``clip_grad_norm_`` gets the global norm (``torch.save`` and ``deepcopy``
-work; ``p.grad.add_(p)`` mixes it with the whole parameter, a plain tensor: DTensor refuses,
-torch's ``implicit_replication()`` adds this rank's rows); a parameter frozen later is
-skipped. Checkpoints: ``state.py``; any parameter shape: ``zero2_layout.py``. Refused
-(``zero2_checks.py``, ``zero2_hooks.py``): a step that is not element-wise (Adafactor,
-LARS), a second optimizer on the same parameters, DDP around the model, a step after only
-``no_sync()`` backwards, a parameter unfrozen after construction.
+parameters): ``clip_grad_norm_`` gets the global norm, ``torch.save`` and ``deepcopy`` work,
+``p.grad.add_(p)`` is refused as DTensor refuses it. Checkpoints: ``state.py``; any shape:
+``zero2_layout.py``. Refused (``zero2_checks.py``, ``zero2_hooks.py``): a step that is not
+element-wise (Adafactor, LARS), a second optimizer on the same parameters, DDP around the
+model, a step after only ``no_sync()`` backwards, a parameter unfrozen after construction.
 
-Against torch (``tests/test_zero2.py``): torch's ``ZeroRedundancyOptimizer`` + DDP, and
-FSDP2 ``fully_shard(reshard_after_forward=False)`` where gloo has reduce-scatter (torch >=
-2.8): ``torch.equal`` at 2 ranks (``a/2 + b/2`` rounds once in any order), a few ulps at 3
-and 4 (another summation order than gloo's all-reduce). The book's
-``minidp/textbook/zero.py`` leaves out buckets and the overlap with backward.
-
-Run: ``python lessons/20_zero2.py``; test: ``pytest tests/test_zero2.py
-tests/test_zero2_train.py tests/test_zero2_state.py tests/test_zero2_moves.py``
+Against torch: ``ZeroRedundancyOptimizer`` + DDP, and FSDP2 with reshard_after_forward=False
+(torch >= 2.8): ``torch.equal`` at 2 ranks, a few ulps at 3 and 4 (another summation order
+than gloo's). The book's ``minidp/textbook/zero.py`` leaves out buckets and the overlap with
+backward. Run: ``python lessons/20_zero2.py``; test: ``pytest tests/test_zero2*.py``
 """
 
 from __future__ import annotations
@@ -156,15 +149,7 @@ class Zero2Optimizer(torch.optim.Optimizer):
             return
         self._local.discard(id(p))
         bucket, piece = self._where[id(p)]
-        if id(p) in bucket.seen:
-            raise RuntimeError(
-                f"{WHO}: expected one gradient per parameter per backward, got a second one "
-                f"for the parameter of shape {tuple(p.shape)} before its bucket was "
-                f"reduce-scattered ({len(bucket.seen)} of {len(bucket.pieces)} parameters "
-                "arrived): an earlier backward did not reach every trainable parameter. "
-                "Hint: every backward must use every trainable parameter; freeze the others "
-                "(requires_grad=False)"
-            )
+        zero2_checks.check_first_gradient(WHO, bucket, p)
         if bucket.send is None:
             bucket.send = torch.zeros(
                 self.world_size * bucket.segment, dtype=bucket.shard_grad.dtype
@@ -194,8 +179,9 @@ class Zero2Optimizer(torch.optim.Optimizer):
         bucket, s = self.buckets[i], self.buckets[i].segment
         if not bucket.seen or not s:  # all frozen now, or zero-element: nothing to send
             return None
-        send = bucket.send  # (world * s,): filled by the hooks, refilled next backward, so
-        # the ring may work in it (a copy of the whole bucket less than the list form)
+        send = (
+            bucket.send
+        )  # (world * s,): the hooks refill it next backward: the ring may work in it
         out = torch.empty_like(bucket.shard_grad) if bucket.accumulate else bucket.shard_grad
         return lambda: reduce_scatter_tensor(
             out, send, "sum", self.process_group, input_is_scratch=True
@@ -228,8 +214,7 @@ class Zero2Optimizer(torch.optim.Optimizer):
         zero2_checks.check_storage(self, WHO)
         for b in self.buckets:
             for piece in b.pieces:  # a parameter frozen since construction: skipped, like torch
-                trains = piece.param.requires_grad
-                piece.shard.grad = b.grad_rows(piece) if trains else None
+                piece.shard.grad = b.grad_rows(piece) if piece.param.requires_grad else None
         copy_options(self.param_groups, self.optim.param_groups)  # e.g. an LR scheduler's lr
         self.optim.step()
         copy_options(self.optim.param_groups, self.param_groups)
@@ -244,8 +229,7 @@ class Zero2Optimizer(torch.optim.Optimizer):
             return
         # (world * segment,) rank-local: my segment filled here (padding zeroed), then gathered
         gathered = torch.empty(self.world_size * s, dtype=bucket.shard_grad.dtype)
-        mine = gathered[self.rank * s : (self.rank + 1) * s]
-        mine.zero_()
+        mine = gathered[self.rank * s : (self.rank + 1) * s].zero_()
         for piece in bucket.pieces:
             mine[piece.offset : piece.offset + piece.shard.numel()] = piece.shard.reshape(-1)
         all_gather_into_tensor(gathered, mine, self.process_group)

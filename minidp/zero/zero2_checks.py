@@ -90,3 +90,16 @@ def check_storage(opt, who: str) -> None:
                 "optimizer state point at the old values. Hint: copy new values in place "
                 f"(p.copy_(t) or model.load_state_dict), or build a new {who}"
             )
+
+
+def check_first_gradient(who: str, bucket, p) -> None:
+    """Refuse a second gradient for ``p`` while its bucket waits for the others."""
+    if id(p) in bucket.seen:
+        raise RuntimeError(
+            f"{who}: expected one gradient per parameter per backward, got a second one "
+            f"for the parameter of shape {tuple(p.shape)} before its bucket was "
+            f"reduce-scattered ({len(bucket.seen)} of {len(bucket.pieces)} parameters "
+            "arrived): an earlier backward did not reach every trainable parameter. "
+            "Hint: every backward must use every trainable parameter; freeze the others "
+            "(requires_grad=False)"
+        )
