@@ -29,7 +29,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from fault_catalog import killed_mid_all_reduce
-from helpers import gloo_reduce_scatter
+from helpers import gloo_all_reduce, gloo_reduce_scatter
 from torch import nn
 
 import minidp
@@ -425,15 +425,25 @@ def test_not_a_tensor_is_a_clear_type_error():
         run_threads(_not_a_tensor, 2, timeout=60)
 
 
-def _leaf(rank, world):
-    t = torch.full((3,), float(rank + 1), requires_grad=True)
-    all_reduce(t)  # torch's dist.all_reduce accepts this (no autograd through c10d)
-    return t.detach()
+def _requires_grad(rank, world):
+    """A leaf and a non-leaf that require grad, through torch's all_reduce and minidp's
+    (both algorithms): values, requires_grad and grad_fn, as torch leaves them."""
+    seen = []
+    for make in (lambda: torch.full((3,), float(rank + 1), requires_grad=True),
+                 lambda: torch.full((3,), float(rank + 1), requires_grad=True) * 2):  # fmt: skip
+        for reduce in (gloo_all_reduce, all_reduce, minidp.comm.ring_all_reduce):
+            t = make()
+            reduce(t, "sum")  # no autograd through c10d: no error, no new graph node
+            seen.append((t.detach(), t.requires_grad, t.grad_fn is not None))
+    return seen
 
 
-def test_all_reduce_of_a_leaf_that_requires_grad_works_like_torch():
-    out = run_threads(_leaf, 2, timeout=60)
-    assert all(torch.equal(t, torch.full((3,), 3.0)) for t in out)
+def test_all_reduce_of_tensors_that_require_grad_works_like_torch():
+    for seen in run_threads(_requires_grad, 2, timeout=60):
+        for i in (0, 3):  # the leaf's row, the non-leaf's: torch's first, then minidp's two
+            (ref, *ref_flags), *ours = seen[i : i + 3]
+            for t, *flags in ours:
+                assert torch.equal(t, ref) and flags == ref_flags
 
 
 def test_the_fault_catalog_prints_a_row_per_fault(capsys):

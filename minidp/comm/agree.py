@@ -187,7 +187,7 @@ def agree(
 ) -> dict[int, torch.Tensor] | None:
     """Raise :class:`MismatchError` on every rank unless all ranks pass equal headers.
     ``payload`` (``tensor``'s data, 1-D, contiguous) travels with the header where it fits
-    (``headers.exchange``); returns each peer's (``{rank: uint8 view}``) or None."""
+    (``headers.exchange``); returns each peer's (``{rank: view}``, as ``payload``) or None."""
     rank, world = group.rank(), group.size()
     if world == 1:
         return None

@@ -26,16 +26,14 @@ small_bytes = payload_bytes
 COMMUTATIVE = ("sum", "avg", "product")  # max/min: gloo's NaN rule depends on the order
 
 
-@torch.no_grad()  # like c10d: a collective is not part of the autograd graph
 def direct_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor:
     """All-reduce ``tensor`` in place in one exchange, bit-equal to gloo's ring; returns it.
     Arguments as :func:`minidp.comm.ring_all_reduce`."""
 
     def body(flat: torch.Tensor, g, name: str, payloads) -> None:
-        rows = None
-        if payloads is not None:  # every peer's tensor came with its header
-            rows = {r: b.view(flat.dtype) for r, b in payloads.items()}
-        direct_pass(flat, g, name, rows)
+        # payloads: every peer's tensor, if it came with its header (a dict of its own, as
+        # direct_pass writes into it)
+        direct_pass(flat, g, name, None if payloads is None else dict(payloads))
 
     return reduce_in_place(tensor, op, group, "direct_all_reduce", body, 1, carry=True)
 

@@ -89,18 +89,20 @@ class _Mailbox:
         self.turn = 1 - self.turn
         return posted
 
-    def cut(self, nbytes: int) -> tuple[torch.Tensor, torch.Tensor, list[dict]]:
-        """For ``nbytes`` of data: the message to send, its data part, and each receive
-        set's data parts (``{rank: uint8 view}``). Made once per size: every call would
-        otherwise slice them anew, and the first message is the latency that counts."""
-        cut = self.cuts.get(nbytes)
+    def cut(self, nbytes: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, list]:
+        """For ``nbytes`` of ``dtype`` data: the message to send, its data part, and each
+        receive set's data parts (``{rank: view}``), as ``dtype``. Made once per size and
+        dtype: every call would otherwise cut them anew, and the first message is the
+        latency that counts. (``hb`` is a multiple of 8: any dtype's view lines up.)"""
+        key = (nbytes, dtype)
+        cut = self.cuts.get(key)
         if cut is None:
             if len(self.cuts) >= 16:  # DDP's buckets come in a few sizes; anything else: renew
                 self.cuts.clear()
             hb, end = self.hb, self.hb + nbytes
             message = self.send[:end]
-            peers = [{r: b[hb:end] for r, b in bufs.items()} for bufs in self.sets]
-            cut = self.cuts[nbytes] = (message, message[hb:], peers)
+            peers = [{r: b[hb:end].view(dtype) for r, b in bufs.items()} for bufs in self.sets]
+            cut = self.cuts[key] = (message, message[hb:].view(dtype), peers)
         return cut
 
 
@@ -121,7 +123,7 @@ def exchange(
 ) -> tuple[list[list[int]], dict[int, torch.Tensor] | None]:
     """Every rank's header (``mine``: ints, the same length on every rank; the table's rows
     end with one more, the bytes of data each rank sent with it), on every rank; and each
-    peer's ``payload`` bytes (``{rank: uint8 view}``, valid until the next exchange but one
+    peer's ``payload`` (``{rank: view}`` in its dtype, valid until the next exchange but one
     on this group and channel) if every rank's came with its header, else None (then the
     collective sends its data itself). ``payload``: 1-D, contiguous, at most
     ``payload_bytes(world)``; carried if it is in host memory on a torch group on gloo."""
@@ -151,10 +153,10 @@ def exchange(
     else:
         for w in posted.recvs:
             w.group = group  # parked without it (see _boxes)
-    message, data, peers = box.cut(nbytes)
+    message, data, peers = box.cut(nbytes, payload.dtype if nbytes else torch.uint8)
     box.send_head[:] = mine
     if nbytes:
-        data.copy_(payload.view(torch.uint8))
+        data.copy_(payload)
     sends = [p2p.isend(message, r, group, AHEAD_TAG) for r in posted.bufs]
     for w in posted.recvs:
         w.nbytes = hb  # counted as a header on arrival; the data it carried, below

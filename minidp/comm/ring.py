@@ -140,7 +140,6 @@ def unexpanded(tensor):
     return tensor if dims else None
 
 
-@torch.no_grad()  # like c10d: a collective is not part of the autograd graph
 def ring_all_reduce(tensor: torch.Tensor, op="sum", group=None) -> torch.Tensor:
     """All-reduce ``tensor`` (any shape; same numel and dtype on every rank) in place round
     the ring, bit-exact with gloo; returns it. ``op``: "sum", "avg", "max", "min",
@@ -169,6 +168,12 @@ def reduce_in_place(tensor: torch.Tensor, op, group, who: str, body, algorithm: 
     finish the op. ``algorithm`` (``agree.ALL_REDUCE_ALGORITHMS``' index) travels in the
     header, so ranks that picked different ones fail the check; ``carry``: the data
     travels with the header too (``payloads``: every peer's)."""
+    if torch.is_grad_enabled() and getattr(tensor, "requires_grad", False):
+        # like c10d, a collective is not part of the autograd graph. Only here: torch's
+        # no_grad costs more than the rest of a small all-reduce's Python, and a tensor
+        # that requires no gradient makes no graph anyway
+        with torch.no_grad():
+            return reduce_in_place(tensor, op, group, who, body, algorithm, carry)
     g = groups.resolve(group)
     if groups.skip_if_not_member(g, "all_reduce"):
         return tensor
