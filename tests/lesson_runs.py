@@ -43,6 +43,9 @@ TIMEOUT_S = 240  # one lesson, even on a loaded machine
 def lesson_env() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(MINIDP_LESSON_FAST="1", NO_COLOR="1", PYTHONUNBUFFERED="1")
+    # a process that crashes (a rank's SIGSEGV inside torch, seen now and then in lesson 36)
+    # prints its Python stack into the run's output, which a failing test shows
+    env["PYTHONFAULTHANDLER"] = "1"
     # The lessons teach on CPU: 03, 04 and 16 check torch.nn.DataParallel's no-GPU
     # behaviour (the plain module), which a GPU host would replace with cuda:0.
     env["CUDA_VISIBLE_DEVICES"] = ""
