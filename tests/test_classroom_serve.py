@@ -106,9 +106,16 @@ def test_serves_the_written_page_until_ctrl_c(small_trace, tmp_path, request):
                "--out", str(out), "--port", "0"]  # fmt: skip
     # a user's pipe (| tee) is block-buffered: the address must be flushed, not sit there
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    proc = subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
-    )
+    # Start the server as a terminal starts a foreground command: Ctrl-C reaches it. A test
+    # run started in the background (`cmd &` in a script, some CI steps) ignores SIGINT, and
+    # an ignored signal stays ignored across exec; one with a handler comes back default
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_lines, args=(proc.stdout, lines), daemon=True).start()
     seen: list[str] = []
