@@ -24,6 +24,8 @@ Run: ``pytest tests/test_fsdp.py``
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from fsdp_scenarios import SCENARIOS, resume_at, run_scenario, trained_full_state
@@ -187,3 +189,35 @@ def test_peak_gathered_is_the_root_and_two_blocks(reshard):
             assert root + block <= peak <= root + 2 * block, (peak, root, block)
         else:
             assert peak == root + 4 * block, (peak, root, block)
+
+
+def _rms_norm_bf16(rank: int, world: int) -> list[bool]:
+    """A bf16 policy over a layer whose weight gradient autograd computes in float32
+    (RMSNorm's): one step of FSDP2 and of minidp, every parameter bit for bit."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.RMSNorm(8), torch.nn.Linear(8, 2))
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(rank))
+    after = []
+    pairs = ((fully_shard, MixedPrecisionPolicy), (minidp.fully_shard, minidp.MixedPrecisionPolicy))
+    for shard_fn, policy in pairs:
+        model = shard_fn(copy.deepcopy(net), mp_policy=policy(param_dtype=torch.bfloat16))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(x).float().square().mean().backward()
+        opt.step()
+        after.append([p.full_tensor() for p in model.parameters()])
+    return [torch.equal(a, b) for a, b in zip(*after)]
+
+
+@needs_fsdp2
+@pytest.mark.xfail(
+    tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 15),
+    strict=True,
+    reason="torch 2.15's FSDP2 keeps a float32 gradient of a bf16 parameter (RMSNorm's) and "
+    "reduce-scatters each gradient dtype on its own; minidp refuses the mixed dtypes",
+)
+def test_a_float32_gradient_of_a_bf16_parameter_is_reduced_like_fsdp2(process_world):
+    """A gradient autograd computes in float32 for a bf16 parameter: FSDP2 up to 2.14
+    casts it to bf16; 2.15 keeps it (its ``grad_dtype``)."""
+    assert process_world(2).run(_rms_norm_bf16) == [[True] * 5] * 2
