@@ -214,8 +214,9 @@ def _rms_norm_bf16(rank: int, world: int) -> list[bool]:
 @pytest.mark.xfail(
     tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 15),
     strict=True,
-    reason="torch 2.15's FSDP2 keeps a float32 gradient of a bf16 parameter (RMSNorm's) and "
-    "reduce-scatters each gradient dtype on its own; minidp refuses the mixed dtypes",
+    reason="torch 2.15's FSDP2 gives the unsharded parameter the reduce dtype, else the shards' "
+    "own, as grad_dtype (RMSNorm's float32 gradient stays float32, the others are cast up); "
+    "minidp leaves grad_dtype unset there and refuses the mixed dtypes",
 )
 def test_a_float32_gradient_of_a_bf16_parameter_is_reduced_like_fsdp2(process_world):
     """A gradient autograd computes in float32 for a bf16 parameter: FSDP2 up to 2.14
