@@ -59,8 +59,8 @@ class _Posted:
 
     __slots__ = ("bufs", "heads", "recvs", "index")
 
-    def __init__(self, group, bufs: dict[int, torch.Tensor], heads: dict, tag: int) -> None:
-        self.bufs, self.heads, self.index = bufs, heads, 0
+    def __init__(self, group, bufs: dict, heads: dict, tag: int, index: int = 0) -> None:
+        self.bufs, self.heads, self.index = bufs, heads, index  # index: the mailbox's set
         self.recvs = [p2p.irecv(b, r, group, tag) for r, b in bufs.items()]
 
 
@@ -81,13 +81,11 @@ class _Mailbox:
         self.send_head = self.send[:hb].view(torch.int64).numpy()  # (hb / 8,) int64
         self.parked: _Posted | None = None
         self.turn = 0  # the set the next receives go into
-        self.cuts: dict[int, tuple] = {}
+        self.cuts: dict[tuple, tuple] = {}  # (nbytes, dtype) -> cut()
 
     def post(self, group) -> _Posted:
-        posted = _Posted(group, self.sets[self.turn], self.heads[self.turn], AHEAD_TAG)
-        posted.index = self.turn
-        self.turn = 1 - self.turn
-        return posted
+        turn, self.turn = self.turn, 1 - self.turn
+        return _Posted(group, self.sets[turn], self.heads[turn], AHEAD_TAG, turn)
 
     def cut(self, nbytes: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, list]:
         """For ``nbytes`` of ``dtype`` data: the message to send, its data part, and each
