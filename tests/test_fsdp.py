@@ -193,32 +193,32 @@ def test_peak_gathered_is_the_root_and_two_blocks(reshard):
 
 def _rms_norm_bf16(rank: int, world: int) -> list[bool]:
     """A bf16 policy over a layer whose weight gradient autograd computes in float32
-    (RMSNorm's): one step of FSDP2 and of minidp, every parameter bit for bit."""
+    (RMSNorm's): two steps of FSDP2 and of minidp, the second over two microbatches (the
+    first without gradient sync), every parameter bit for bit after each step."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.RMSNorm(8), torch.nn.Linear(8, 2))
-    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(rank))
+    xs = torch.randn(3, 4, 8, generator=torch.Generator().manual_seed(rank))  # 3 microbatches
     after = []
     pairs = ((fully_shard, MixedPrecisionPolicy), (minidp.fully_shard, minidp.MixedPrecisionPolicy))
     for shard_fn, policy in pairs:
         model = shard_fn(copy.deepcopy(net), mp_policy=policy(param_dtype=torch.bfloat16))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        model(x).float().square().mean().backward()
-        opt.step()
-        after.append([p.full_tensor() for p in model.parameters()])
-    return [torch.equal(a, b) for a, b in zip(*after)]
+        for step in ([xs[0]], [xs[1], xs[2]]):
+            for i, x in enumerate(step):
+                model.set_requires_gradient_sync(i == len(step) - 1)
+                model(x).float().square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            after += [p.full_tensor() for p in model.parameters()]
+    half = len(after) // 2
+    return [torch.equal(a, b) for a, b in zip(after[:half], after[half:])]
 
 
 @needs_fsdp2
-@pytest.mark.xfail(
-    tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 15),
-    strict=True,
-    reason="torch 2.15's FSDP2 gives the unsharded parameter the reduce dtype, else the shards' "
-    "own, as grad_dtype (RMSNorm's float32 gradient stays float32, the others are cast up); "
-    "minidp leaves grad_dtype unset there and refuses the mixed dtypes",
-)
 def test_a_float32_gradient_of_a_bf16_parameter_is_reduced_like_fsdp2(process_world):
     """A gradient autograd computes in float32 for a bf16 parameter: FSDP2 up to 2.14
-    casts it to bf16; 2.15 keeps it (its ``grad_dtype``)."""
-    assert process_world(2).run(_rms_norm_bf16) == [[True] * 5] * 2
+    casts it to bf16; 2.15 keeps it and reduces every gradient in the promoted dtype (float32),
+    which minidp follows for the torch it runs on."""
+    assert process_world(2).run(_rms_norm_bf16) == [[True] * 10] * 2

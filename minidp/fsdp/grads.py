@@ -10,6 +10,7 @@ Test: ``pytest tests/test_fsdp.py tests/test_fsdp_moves.py``
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -17,6 +18,7 @@ import torch
 from minidp.fsdp import collectives, dtensor, shard
 from minidp.fsdp.policy import (
     NO_SYNC_SUMS_IN_ACCUMULATION_DTYPE,
+    UNSET_REDUCES_IN_PARAM_DTYPE,
     accumulation_dtype,
     reduce_dtype_for,
 )
@@ -84,13 +86,18 @@ class Grads:
     def reduce(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
         """Reduce-scatter the gradients: this rank's ``(T_grad,)`` average, original dtype
         (None: HSDP without the all-reduce this time; the rows wait in ``partial``)."""
-        if len({g.dtype for g in grads}) != 1:
+        dtypes = {g.dtype for g in grads}
+        if len(dtypes) != 1 and UNSET_REDUCES_IN_PARAM_DTYPE:  # 2.15 promotes them instead
             raise AssertionError(
-                f"FSDP reduce-scatter expects uniform gradient dtype but got "
-                f"{ {g.dtype for g in grads} } ({self.label}). Hint: give its trainable "
-                "parameters one dtype, or wrap them in separate units"
+                f"FSDP reduce-scatter expects uniform gradient dtype but got {dtypes} "
+                f"({self.label}). Hint: give its trainable parameters one dtype, or wrap "
+                "them in separate units"
             )
-        reduce_dtype = reduce_dtype_for(self.mp, grads[0].dtype, self.dtype)  # torch's rule
+        # torch's rule; from 2.15 a bf16 policy's float32 gradients (RMSNorm's weight: autograd
+        # computes it in float32 and FSDP2 leaves it so) are reduced with the others, promoted
+        reduce_dtype = functools.reduce(
+            torch.promote_types, {reduce_dtype_for(self.mp, d, self.dtype) for d in dtypes}
+        )
         replicas = self.replicate_group.size() if self.replicate_group is not None else 1  # HSDP
         pre, post, op = shard.divide_factors(self.world * replicas, reduce_dtype)
         rows = [shard.to_rows(g, self.world, self.layouts[i].dim) for g, i in zip(grads, self.took)]
