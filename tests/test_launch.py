@@ -83,6 +83,26 @@ def test_spawn_reports_a_signal():
     assert child_processes() <= before
 
 
+def _where_it_started(rank, world):
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+        parent = f.read().replace(b"\0", b" ").decode()
+    return parent, os.environ.get("MINIDP_PROBE"), minidp.comm.agree.is_checked()
+
+
+def test_ranks_fork_from_a_server_with_torch_and_see_the_launchers_environment(monkeypatch):
+    """A rank starts from the fork server that imported torch once (not a new interpreter
+    importing it again), yet sees the environment the launcher has *now*: one set after
+    the server started reaches it, MINIDP_DEBUG's checked mode included, as under spawn."""
+    child_processes()  # the server runs from here on, with the environment of this moment
+    monkeypatch.setenv("MINIDP_PROBE", "set after the server started")
+    monkeypatch.setenv("MINIDP_DEBUG", "DETAIL")
+    before = child_processes()
+    for parent, probe, checked in spawn(_where_it_started, 2, timeout=30):
+        assert "multiprocessing.forkserver" in parent and "'torch'" in parent, parent
+        assert (probe, checked) == ("set after the server started", True)
+    assert child_processes() <= before
+
+
 def test_spawn_rejects_unpicklable_functions_clearly():
     with pytest.raises(
         TypeError, match=r"fn and args must be picklable .* Hint: define fn at module"

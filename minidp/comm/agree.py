@@ -17,6 +17,7 @@ collective raises instead of pairing up.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -66,7 +67,7 @@ def debug_level(value: str | None) -> str:
     return level
 
 
-_CHECKED_BY_ENV = debug_level(os.environ.get("MINIDP_DEBUG")) == "DETAIL"
+debug_level(os.environ.get("MINIDP_DEBUG"))  # a mistyped level fails at import, as torch's
 _local = threading.local()  # per-thread: checked mode set by checked() (rank-local)
 # checked mode: calls so far per group and channel; weak keys: a dead group's count dies too
 _sequence: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -75,7 +76,13 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../mi
 
 def is_checked() -> bool:
     """Whether this thread's collectives are fingerprinted (checked mode)."""
-    return getattr(_local, "checked", _CHECKED_BY_ENV)
+    checked = getattr(_local, "checked", None)  # else the environment's, now: a rank sets it
+    return _by_env(os.environ.get("MINIDP_DEBUG")) if checked is None else checked
+
+
+@functools.lru_cache(maxsize=8)
+def _by_env(value: str | None) -> bool:
+    return debug_level(value) == "DETAIL"
 
 
 @contextlib.contextmanager

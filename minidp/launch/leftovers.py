@@ -10,12 +10,26 @@ import os
 import signal
 from multiprocessing import resource_tracker
 
+from minidp.launch import forkserver
+
 
 def child_processes() -> set[int]:
-    """PIDs of this process's live children (Linux). multiprocessing's resource tracker is
-    started first, so it is in every snapshot, never a leftover."""
+    """PIDs of the live processes this one started (Linux): its children, and the ranks the
+    fork server forked for it (``forkserver.py``: a rank's parent is the server). The
+    resource tracker and the fork server are started first: in every snapshot, never new."""
     resource_tracker.ensure_running()
-    return children_of(os.getpid())
+    forkserver.ensure_running()
+    children = children_of(os.getpid())
+    servers = {pid for pid in children if b"multiprocessing.forkserver" in _cmdline(pid)}
+    return children | {pid for server in servers for pid in children_of(server)}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def children_of(pid: int) -> set[int]:

@@ -12,7 +12,6 @@ nothing outlives the launcher.
 from __future__ import annotations
 
 import datetime
-import multiprocessing as mp
 import os
 import pickle
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from minidp.launch import forkserver
 from minidp.launch.checks import check_importable, check_main_guard, check_timeout, check_world_size
 from minidp.launch.errors import Failure, WorkerError
 from minidp.launch.leftovers import kill_descendants
@@ -63,14 +63,14 @@ class ProcessWorld:
         )  # parent-held rendezvous server; its port is free by construction
         # killed with the world, or at exit (before multiprocessing joins them forever)
         mp_util.Finalize(self, _kill_ranks, args=(self._procs,), exitpriority=10)
-        ctx = mp.get_context("spawn")
+        ctx = forkserver.context()
         try:
             for rank in range(world_size):
                 parent_end, child_end = ctx.Pipe()
                 p = ctx.Process(
                     target=worker,
                     args=(rank, world_size, self._store.port, backend, timeout, child_end,
-                          os.getpid()),
+                          os.getpid(), dict(os.environ)),
                     name=f"minidp-rank{rank}",
                     daemon=False,  # like torch's mp.spawn: a rank may start DataLoader workers
                 )  # fmt: skip

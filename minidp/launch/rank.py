@@ -23,11 +23,23 @@ from minidp.comm.errors import PeerError
 from minidp.launch.leftovers import kill_descendants
 
 
-def _watch_parent(parent_pid: int) -> None:
+def _watch_parent(launcher: int, parent: int) -> None:
+    """Exit when the launcher is gone: this rank's parent is it, or the fork server it
+    started (which ends with it); either way the parent changes."""
     while True:
-        if os.getppid() != parent_pid:
-            _exit_now()  # the launcher is gone: do not linger as an orphan
+        if os.getppid() != parent or (launcher != parent and _gone(launcher)):
+            _exit_now()  # do not linger as an orphan
         time.sleep(0.5)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
 
 
 def _exit_now() -> None:
@@ -36,9 +48,14 @@ def _exit_now() -> None:
     os._exit(1)
 
 
-def worker(rank, world_size, port, backend, timeout, conn, parent_pid) -> None:
-    """A rank's life: join the group, then run ``(fn, args)`` tasks from ``conn`` until None."""
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+def worker(rank, world_size, port, backend, timeout, conn, launcher, environ) -> None:
+    """A rank's life: join the group, then run ``(fn, args)`` tasks from ``conn`` until None.
+    ``environ``: the launcher's environment when it started this rank (``forkserver.py``)."""
+    if os.environ != environ:
+        os.environ.clear()
+        os.environ.update(environ)
+    parent = os.getppid()
+    threading.Thread(target=_watch_parent, args=(launcher, parent), daemon=True).start()
     env = {
         "RANK": rank,
         "LOCAL_RANK": rank,
