@@ -1,18 +1,31 @@
 """Shared fixtures: long-lived worlds of rank processes, reused across the whole session.
 
-Starting a rank process costs about a second (it imports torch), so tests do not spawn
-per test: ``process_world(n)`` returns a cached ``ProcessWorld`` of ``n`` ranks, started on
+Starting a world costs a rendezvous and a fork per rank (from a server that imported torch
+once, ``minidp/launch/forkserver.py``), so tests do not spawn per test:
+``process_world(n)`` returns a cached ``ProcessWorld`` of ``n`` ranks, started on
 first use and restarted only if a test broke it (a failing rank marks it broken).
 Functions sent to the ranks must be module-level (picklable).
 
-The lessons' runs and the real scripts' torchrun launches start when collection ends and
-run beside the other tests; the tests that collect them run last (``lesson_runs.py`` says
-why).
+The exercises' checks, the real scripts' torchrun launches and the lessons' runs start
+when collection ends and run beside the other tests; the tests that collect them run last
+(``lesson_runs.py`` says why).
 """
 
 from __future__ import annotations
 
+import os
+
+# One code path for MKL's matmuls in every process of the run (this one, the ranks, the
+# lessons, torchrun's workers: they inherit it). A rank once computed lesson 27's loss one
+# ulp off the reference, the exact bits of MKL's SSE4.2/AVX kernels, on a machine whose
+# other processes took the AVX-512 path: left to MKL, each process picks its own. STRICT:
+# the same bits whatever the buffers' alignment (plain "AVX2", which does not promise that,
+# made lesson 27's pipeline gradients differ from one process's, every run). Both sides of
+# every comparison still run torch's and minidp's code on that one path.
+os.environ.setdefault("MKL_CBWR", "AVX2,STRICT")
+
 import pytest
+import test_exercises
 import test_lessons
 import test_real_scripts
 import torch
@@ -26,7 +39,8 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(verified_line(torch.__version__))
 
 
-LAST = ("test_real_scripts", "test_lessons")  # they read background runs, in the runs' order
+# they read background runs, in the runs' order
+LAST = ("test_exercises", "test_real_scripts", "test_lessons")
 
 
 def pytest_collection_modifyitems(items):
@@ -37,8 +51,9 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_collection_finish(session):
-    # the runs in the order their tests come up: the scripts', then the lessons'
-    test_lessons.start_runs(session, test_real_scripts.background_jobs(session.items))
+    # the runs in the order their tests come up: the exercises', the scripts', the lessons'
+    jobs = test_exercises.background_jobs(session.items)
+    test_lessons.start_runs(session, jobs | test_real_scripts.background_jobs(session.items))
 
 
 def pytest_sessionfinish(session):
