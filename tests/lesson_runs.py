@@ -13,13 +13,15 @@ a leftover. The runner starts before any test, so it is in every snapshot. It re
 ``widen N`` lines on stdin, writes one JSON line per finished run, and kills its lessons
 when stdin closes (the test process ended, however it ended).
 
-The real scripts' torchrun launches (``test_real_scripts.py``: processes that mostly wait
-on each other) are jobs here too, queued before the lessons, their test placed just before
-the lessons' (``conftest.py``). More background work does not pay on 2 cores: the foreground
-tests then wait for the CPU, and everything slows.
+The exercises' checks (``test_exercises.py``: sandboxes, mostly waiting) and the real
+scripts' torchrun launches (``test_real_scripts.py``: processes that mostly wait on each
+other) are jobs here too, queued before the lessons, their tests placed just before the
+lessons' (``conftest.py``). Since rank processes fork from a server that imported torch
+(``minidp/launch/forkserver.py``) the suite leaves the CPU half idle, and this background
+work fills it; two lessons at a time from the start did not pay (measured slower).
 
-Used by ``conftest.py`` (start, widen, stop), ``test_lessons.py`` and
-``test_real_scripts.py`` (results).
+Used by ``conftest.py`` (start, widen, stop), ``test_lessons.py``, ``test_exercises.py``
+and ``test_real_scripts.py`` (results).
 """
 
 from __future__ import annotations
@@ -74,6 +76,10 @@ class LessonRuns:
     def widen(self, workers: int) -> None:
         """Run up to ``workers`` lessons at once from now on."""
         self._send({"widen": workers})
+
+    def keys(self) -> list[tuple[str, str]]:
+        """The runs asked for, ``(kind, name)``."""
+        return list(self._futures)
 
     def result(self, key: tuple[str, str], timeout: float | None = None) -> tuple[int, str, float]:
         """``(exit code, output, seconds)`` of that run, once it has finished (the runner

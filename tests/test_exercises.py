@@ -6,14 +6,18 @@ named. The wrong solutions are written another way than the slip they must be na
 a hint comes from the answers, not the code. Also: the checker's own guards name theirs, a
 deadlock ends at the deadline naming ranks and lines, and the catalogue is lazy.
 
-Run: ``pytest tests/test_exercises.py`` (the full drawn-case matrix: ``-m slow``).
+Run: ``pytest tests/test_exercises.py`` (the full drawn-case matrix: ``-m slow``). In the
+whole suite the exercises' checks are background jobs (``conftest.py``): they mostly wait
+on their sandboxes, so they run beside the other tests, and their tests read the results.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -80,10 +84,39 @@ def test_every_file_in_the_wrong_folder_is_tested():
         assert path.is_file() and path.read_text() != (WRONG_DIR / f"{stem}.py").read_text()
 
 
+JOBS = 4  # background jobs the exercises are split into (each well inside the runner's limit)
+MARK = "exercise results: "  # the line a job prints, then JSON: name -> None or the failure
+
+
+def background_jobs(items) -> dict[tuple[str, str], list[str]]:
+    """The selected exercises' checks, as jobs for the background runner (conftest)."""
+    test = "test_solution_passes_stub_is_not_done_and_every_slip_names_itself"
+    names = [item.callspec.params["name"] for item in items if item.originalname == test]
+    return {("exercises", ",".join(names[i::JOBS])): [sys.executable, __file__, *names[i::JOBS]]
+            for i in range(min(JOBS, len(names)))}  # fmt: skip
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_solution_passes_stub_is_not_done_and_every_slip_names_itself(name):
+def test_solution_passes_stub_is_not_done_and_every_slip_names_itself(name, request):
     """One sandbox for the solution, the stub, the slips and the wrong solutions of this
     exercise, with the cases a learner's check runs (fixed and drawn)."""
+    from test_lessons import RUNS
+
+    runs = request.config.stash.get(RUNS, None)
+    key = next((k for k in (runs.keys() if runs else ()) if k[0] == "exercises"
+                and name in k[1].split(",")), None)  # fmt: skip
+    if key is None:  # no background runner (one file run alone): check here
+        _check(name)
+        return
+    rc, out, seconds = runs.result(key)
+    lines = [line for line in out.splitlines() if line.startswith(MARK)]
+    assert rc == 0 and lines, f"the job {key[1]} exited {rc} after {seconds:.0f}s:\n{out[-4000:]}"
+    failure = json.loads(lines[-1][len(MARK) :])[name]
+    assert failure is None, failure
+
+
+def _check(name: str) -> None:
+    """Every assertion of the test above, for exercise ``name``."""
     ex = find(name)
     wrong = [WRONG_DIR / f"{stem}.py" for stem in VARIANTS if stem.startswith(f"{name}__")]
     files = [ex.solution, ex.stub, *ex.slips, *wrong]
@@ -91,11 +124,12 @@ def test_solution_passes_stub_is_not_done_and_every_slip_names_itself(name):
     assert solution.passed, printer.summary(solution)
     worlds = {o.case["world"] for o in solution.outcomes}
     assert {1, 2} <= worlds and worlds & {3, 5}, f"too few world sizes: {worlds}"
-    assert stub.failure.status == "todo" and len(stub.outcomes) == 1 and exit_code(stub) == 1
-    assert "not implemented yet" in printer.summary(stub)
+    stub_is_todo = stub.failure.status == "todo" and len(stub.outcomes) == 1
+    assert stub_is_todo and exit_code(stub) == 1, printer.summary(stub)
+    assert "not implemented yet" in printer.summary(stub), printer.summary(stub)
     assert len(ex.slips) >= 2, "two classic mistakes at least, in lessons/exercises/slips/"
     lesson = ex.stub.parents[1] / f"{ex.lesson}.py"
-    assert f"exercise check {name}" in lesson.read_text()
+    assert f"exercise check {name}" in lesson.read_text(), f"{lesson} never names its check"
     bad = []
     for path, rep in zip(files[2:], rest):
         slip = ex.slips[0].with_name(f"{VARIANTS.get(path.stem, path.stem)}.py")
@@ -147,3 +181,14 @@ def test_checking_one_exercise_imports_that_exercise_only():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["['minidp.tools.exercise.specs.comm',",
                                   "'minidp.tools.exercise.specs.ring_all_reduce']"]  # fmt: skip
+
+
+if __name__ == "__main__":  # a background job: check the exercises named, report each
+    found = {}
+    for name in sys.argv[1:]:
+        try:
+            _check(name)
+            found[name] = None
+        except AssertionError as exc:
+            found[name] = str(exc) or traceback.format_exc()
+    print(MARK + json.dumps(found), flush=True)
