@@ -31,15 +31,7 @@ from torch import nn
 
 import minidp
 from minidp.launch import ProcessWorld, child_processes, run_threads, spawn
-
-
-def is_alive(pid: int) -> bool:
-    """A live (non-zombie) process, from ``/proc``."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+from minidp.launch.leftovers import is_running as is_alive
 
 
 def orphans_after_parent_killed(cwd: str, give_up_s: float = 60.0) -> tuple[list, list]:

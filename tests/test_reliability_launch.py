@@ -196,6 +196,17 @@ def test_ctrl_c_caught_by_the_caller_leaves_no_rank(during):
     assert child_processes() <= before
 
 
+@pytest.mark.slow
+def test_ctrl_c_during_start_up_again_and_again_leaves_no_rank():
+    """The race behind the test above, 40 times: a SIGINT landing after the fork server forked
+    a rank and before its pid reached the launcher left that rank running (4 of 40 beside a
+    CPU hog, before the launcher looked for it among the server's children)."""
+    for _ in range(40):
+        before = child_processes()
+        assert isinstance(ctrl_c_during("start-up"), KeyboardInterrupt)
+        assert child_processes() <= before
+
+
 # ---- run_threads: a rank that never returns ---------------------------------------------
 
 

@@ -19,9 +19,14 @@ def child_processes() -> set[int]:
     resource tracker and the fork server are started first: in every snapshot, never new."""
     resource_tracker.ensure_running()
     forkserver.ensure_running()
+    return children_of(os.getpid()) | forked_by_server()
+
+
+def forked_by_server() -> set[int]:
+    """PIDs of the live processes the fork server this one started has forked (ranks)."""
     children = children_of(os.getpid())
     servers = {pid for pid in children if b"multiprocessing.forkserver" in _cmdline(pid)}
-    return children | {pid for server in servers for pid in children_of(server)}
+    return {pid for server in servers for pid in children_of(server)}
 
 
 def _cmdline(pid: int) -> bytes:
@@ -48,6 +53,15 @@ def children_of(pid: int) -> set[int]:
         if int(fields[1]) == pid and fields[0] != "Z":
             found.add(int(entry))
     return found
+
+
+def is_running(pid: int) -> bool:
+    """Whether ``pid`` is alive and not a zombie (``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def kill_descendants(pid: int) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
+import signal
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing import util as mp_util
@@ -25,11 +27,27 @@ import torch.distributed as dist
 from minidp.launch import forkserver
 from minidp.launch.checks import check_importable, check_main_guard, check_timeout, check_world_size
 from minidp.launch.errors import Failure, WorkerError
-from minidp.launch.leftovers import kill_descendants
+from minidp.launch.leftovers import forked_by_server, is_running, kill_descendants
 from minidp.launch.rank import worker
 
 GRACE_S = 1.0  # after the first failure, how long to wait for the other ranks' reports
 STARTUP_S = 120.0  # deadline for the rank processes to start and join the group
+_starting = threading.Lock()  # see ProcessWorld.__init__
+
+
+def _kill_pids(pids: set[int]) -> None:
+    """SIGKILL each process and everything it started; return once they are gone (at most
+    5 s: a killed process takes a moment to release its memory)."""
+    for pid in pids:
+        kill_descendants(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 5.0
+    while pids and time.monotonic() < deadline:
+        pids = {pid for pid in pids if is_running(pid)}
+        time.sleep(0.01)
 
 
 def _kill_ranks(procs: list) -> None:
@@ -64,21 +82,29 @@ class ProcessWorld:
         # killed with the world, or at exit (before multiprocessing joins them forever)
         mp_util.Finalize(self, _kill_ranks, args=(self._procs,), exitpriority=10)
         ctx = forkserver.context()
-        try:
-            for rank in range(world_size):
-                parent_end, child_end = ctx.Pipe()
-                p = ctx.Process(
-                    target=worker,
-                    args=(rank, world_size, self._store.port, backend, timeout, child_end,
-                          os.getpid(), dict(os.environ)),
-                    name=f"minidp-rank{rank}",
-                    daemon=False,  # like torch's mp.spawn: a rank may start DataLoader workers
-                )  # fmt: skip
-                p.start()
-                child_end.close()
-                self._conns.append(parent_end)
-                self._procs.append(p)
-            # start-up (importing torch) must not fail for a short collective timeout
+        with _starting:  # one world's ranks forked at a time: a new child of the server is ours
+            before = forked_by_server()
+            try:
+                for rank in range(world_size):
+                    parent_end, child_end = ctx.Pipe()
+                    p = ctx.Process(
+                        target=worker,
+                        args=(rank, world_size, self._store.port, backend, timeout, child_end,
+                              os.getpid(), dict(os.environ)),
+                        name=f"minidp-rank{rank}",
+                        daemon=False,  # like torch's mp.spawn: a rank may start DataLoader workers
+                    )  # fmt: skip
+                    p.start()
+                    child_end.close()
+                    self._conns.append(parent_end)
+                    self._procs.append(p)
+            except BaseException:
+                # Ctrl-C inside p.start() can land after the server forked the rank and before
+                # its pid reached us: that rank is in no list, so find it among the server's
+                _kill_pids(forked_by_server() - before - {p.pid for p in self._procs})
+                self.close(kill=True)
+                raise
+        try:  # start-up (importing torch) must not fail for a short collective timeout
             self._collect("ProcessWorld start-up", max(timeout, STARTUP_S))
         except BaseException:  # Ctrl-C in a notebook included: no rank may outlive it
             self.close(kill=True)
