@@ -39,29 +39,29 @@ def _cmdline(pid: int) -> bytes:
 
 def children_of(pid: int) -> set[int]:
     """PIDs of ``pid``'s live (non-zombie) children (``/proc``; empty elsewhere)."""
-    found: set[int] = set()
     if not os.path.isdir("/proc"):
-        return found
+        return set()
+    found = set()
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)": state, ppid, ...
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields is not None and int(fields[1]) == pid and fields[0] != "Z":
             found.add(int(entry))
     return found
 
 
 def is_running(pid: int) -> bool:
     """Whether ``pid`` is alive and not a zombie (``/proc``)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def _stat(pid) -> list[str] | None:
+    """``/proc/PID/stat`` after "(comm)": state, ppid, ... (None: no such process)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            return f.read().rsplit(")", 1)[1].split()
     except OSError:
-        return False
+        return None
 
 
 def kill_descendants(pid: int) -> None:

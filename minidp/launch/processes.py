@@ -35,27 +35,19 @@ STARTUP_S = 120.0  # deadline for the rank processes to start and join the group
 _starting = threading.Lock()  # see ProcessWorld.__init__
 
 
-def _kill_pids(pids: set[int]) -> None:
-    """SIGKILL each process and everything it started; return once they are gone (at most
-    5 s: a killed process takes a moment to release its memory)."""
+def _kill(pids) -> None:
+    """SIGKILL each process and everything it started (children first)."""
     for pid in pids:
         kill_descendants(pid)
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + 5.0
-    while pids and time.monotonic() < deadline:
-        pids = {pid for pid in pids if is_running(pid)}
-        time.sleep(0.01)
 
 
 def _kill_ranks(procs: list) -> None:
-    """SIGKILL each live rank and everything it started (children first)."""
-    for p in procs:
-        if p.is_alive():
-            kill_descendants(p.pid)
-            p.kill()
+    """SIGKILL each live rank and everything it started."""
+    _kill([p.pid for p in procs if p.is_alive()])
 
 
 class ProcessWorld:
@@ -101,7 +93,11 @@ class ProcessWorld:
             except BaseException:
                 # Ctrl-C inside p.start() can land after the server forked the rank and before
                 # its pid reached us: that rank is in no list, so find it among the server's
-                _kill_pids(forked_by_server() - before - {p.pid for p in self._procs})
+                strays = forked_by_server() - before - {p.pid for p in self._procs}
+                _kill(strays)
+                deadline = time.monotonic() + 5.0  # a killed process takes a moment to go
+                while any(map(is_running, strays)) and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 self.close(kill=True)
                 raise
         try:  # start-up (importing torch) must not fail for a short collective timeout
