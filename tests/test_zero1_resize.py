@@ -129,6 +129,7 @@ def test_checkpoint_from_3_ranks_resumes_at_2_like_torch_either_way(resized):
 
 def test_overlap_with_ddp_on_gloo_is_refused_in_torchs_words(process_world):
     for ours, theirs in process_world(2).run(overlap_refusals):  # IMPLS order
-        assert theirs == "torch: Gloo backend using Overlapping DDP with ZeRO may meet hangs"
-        assert ours.startswith("minidp: Gloo backend using Overlapping DDP with ZeRO may meet")
+        # torch's words change across releases (2.9 named gloo): compared with the installed one's
+        assert theirs.startswith("torch: ") and "Overlapping DDP with ZeRO" in theirs, theirs
+        assert ours.startswith("minidp: " + theirs.removeprefix("torch: ") + " ("), ours
         assert "Hint: leave overlap_with_ddp=False" in ours

@@ -18,6 +18,15 @@ import torch.distributed as dist
 from minidp.comm import all_gather
 
 _DIMS = 6  # shape dims compared across ranks; more are folded into numel
+_TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+# torch's refusal of overlap_with_ddp on gloo, in the installed release's words: from 2.9
+# hook_with_zero_step names gloo; up to 2.8 it asked for NCCL or HCCL
+GLOO_REFUSAL = (
+    "Gloo backend using Overlapping DDP with ZeRO may meet hangs"
+    if _TORCH >= (2, 9)
+    else "Overlapping DDP with ZeRO using this approach currently requires NCCL/HCCL backend "
+    "to avoid hangs"
+)
 # steps that cannot be split by parameter (L-BFGS's ranks would run unequal passes, and hang)
 UNSUPPORTED = {
     "LBFGS": "its step() calls the closure a data-dependent number of times",
@@ -119,8 +128,8 @@ def check_no_overlap(who: str, overlap_with_ddp: bool, process_group) -> None:
         backend = "gloo"
     if backend == "gloo":
         raise RuntimeError(
-            f"Gloo backend using Overlapping DDP with ZeRO may meet hangs ({who}: "
-            f"overlap_with_ddp=True; torch's hook_with_zero_step refuses it on gloo). {hint}"
+            f"{GLOO_REFUSAL} ({who}: overlap_with_ddp=True; torch's hook_with_zero_step "
+            f"refuses it on gloo). {hint}"
         )
     raise NotImplementedError(
         f"{who}: expected overlap_with_ddp=False, got True on {backend}: minidp's ZeRO-1 steps "
