@@ -12,7 +12,7 @@ from minidp.tools.bench import allreduce
 
 def test_bench_allreduce_prints_rows_the_checks_cost_and_the_goals(capsys):
     argv = ["--quick", "--worlds", "2", "--min-size", "16384", "--max-size", "16384"]
-    assert allreduce.main([*argv, "--breakdown"]) == 0
+    assert allreduce.main([*argv, "--breakdown", "--loop", "20", "--compute-us", "50"]) == 0
     out = capsys.readouterr().out
     assert (
         "| ranks | size | algorithm | median ms | algbw GB/s | busbw GB/s | time vs gloo "
@@ -31,3 +31,6 @@ def test_bench_allreduce_prints_rows_the_checks_cost_and_the_goals(capsys):
         r"(meets it|misses it|inconclusive on this machine).*; the check [+-]\d+ ",
         out,
     )
+    # --loop: gloo's and minidp's calls in blocks, with compute between them
+    assert "in a loop: 20 calls per block, 50 µs of compute between calls (µs per" in out
+    assert re.search(r"\| 2 \| 16 KiB \| \d+ \| \d+ \| \d+\.\d\dx \(\d+\.\d\d–\d+\.\d\d\) \|", out)

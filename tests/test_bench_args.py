@@ -22,6 +22,8 @@ CASES = [
     (allreduce, ["--worlds", "2", "x"], r"--worlds: expected a world size .*got 'x'"),
     (allreduce, ["--min-size", "4096", "--max-size", "1024"], r"--min-size 4096 is above"),
     (allreduce, ["--budget", "0"], r"--budget: expected a positive number, got '0'"),
+    (allreduce, ["--compute-us", "-1"], r"--compute-us: expected a number >= 0, got '-1'"),
+    (allreduce, ["--loop", "0"], r"--loop: expected a positive integer, got '0'"),
     (ddp, ["--world-size", "0"], r"--world-size: expected a world size of at least 2"),
     (ddp, ["--caps", "abc"], r"--caps: expected a positive number, got 'abc'"),
     (ddp, ["--caps", "-1"], r"--caps: expected a positive number, got '-1'"),

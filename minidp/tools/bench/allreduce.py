@@ -11,7 +11,10 @@ ratios with their middle half (``verdict.py``): a spread that straddles a goal n
 meets nor misses it. The check (every collective's header): each repetition also times the
 data pass alone (the direct exchange or the ring, no header); the "check" columns are the
 per-repetition differences, in µs and as a share. ``--breakdown``: the passes' rows too.
-Last, the README's goals (world size 2) get a verdict.
+Last, the README's goals (world size 2) get a verdict. Those time one call alone, after a
+barrier; ``--loop CALLS`` also times calls in a loop, as training makes them: blocks of
+CALLS calls, gloo's and minidp's in turn, ``--compute-us`` of busy work after each call
+(random, half to 1.5 times it, so ranks drift apart as a step's compute makes them).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -30,7 +34,7 @@ import minidp
 from minidp.comm import direct, ring
 from minidp.comm import group as groups
 from minidp.launch import ProcessWorld
-from minidp.tools.bench.args import positive_float, positive_int, world_size
+from minidp.tools.bench.args import nonnegative_float, positive_float, positive_int, world_size
 from minidp.tools.bench.verdict import MIN_PAIRS, compare
 
 KIB = 1024
@@ -73,6 +77,56 @@ def time_in_turns(ops: dict, x: torch.Tensor, budget_s: float, max_reps: int) ->
             times[algo].append(float(dt))
         reps += 1
     return times
+
+
+def time_in_loops(ops: dict, x: torch.Tensor, calls: int, compute_s: float, blocks=4) -> dict:
+    """``{name: seconds per call, block by block}``: ``blocks`` blocks of ``calls`` calls per
+    op, the ops in turn, each call followed by ``compute_s`` (half to 1.5 times, at random)
+    of busy work; each block counted at the slowest rank."""
+    rng = random.Random(dist.get_rank())  # each rank its own compute times
+    times: dict = {a: [] for a in ops}
+    for _ in range(blocks):
+        for algo, op in ops.items():
+            t = torch.zeros_like(x)  # zeros: a sum that stays finite however many calls
+            for _ in range(10):  # the first calls post receives, cut views: not the loop's
+                op(t)
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                op(t)
+                end = time.perf_counter() + compute_s * (0.5 + rng.random())
+                while time.perf_counter() < end:
+                    pass
+            dt = torch.tensor([(time.perf_counter() - t0) / calls], dtype=torch.float64)
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            times[algo].append(float(dt))
+    return times
+
+
+def loop_table(results: dict, calls: int, compute_s: float) -> str:
+    """Markdown: per (world, size), gloo's and ``all_reduce``'s time per call in a loop
+    (median of the blocks), and the per-block ratios' range."""
+    between = f"{compute_s * 1e6:.0f} µs of compute between calls" if compute_s else "back to back"
+    lines = [
+        f"in a loop: {calls} calls per block, {between} (µs per call and the work after it)",
+        "| ranks | size | gloo µs | all_reduce µs | × gloo (blocks: least–most) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for world, per_size in results.items():
+        for nbytes, times in per_size.items():
+            ratios = sorted(a / g for a, g in zip(times["auto"], times["gloo"]))
+            gloo, auto = (statistics.median(times[k]) * 1e6 for k in ("gloo", "auto"))
+            lines.append(
+                f"| {world} | {fmt_bytes(nbytes)} | {gloo:.0f} | {auto:.0f} | "
+                f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}–{ratios[-1]:.2f}) |"
+            )
+    return "\n".join(lines)
+
+
+def _loops(rank: int, world: int, sizes: list[int], calls: int, compute_s: float) -> dict:
+    """Rank function: gloo's and minidp's all_reduce in loops, every size."""
+    ops = {"gloo": lambda t: dist.all_reduce(t), "auto": lambda t: minidp.comm.all_reduce(t)}
+    return {n: time_in_loops(ops, torch.empty(n // 4), calls, compute_s) for n in sizes}
 
 
 def _measure(rank: int, world: int, sizes: list[int], budget_s: float, max_reps: int) -> dict:
@@ -171,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-reps", type=positive_int, default=50, help="repetitions per size, most")
     p.add_argument("--quick", action="store_true", help="sizes 4 KiB..1 MiB, short budget")
     p.add_argument("--breakdown", action="store_true", help="also print the data passes' own rows")
+    p.add_argument("--loop", type=positive_int, metavar="CALLS",
+                   help="also time calls in a loop: blocks of CALLS calls")  # fmt: skip
+    p.add_argument("--compute-us", type=nonnegative_float, default=0.0,
+                   help="busy work after each call in --loop, µs (0: back to back)")  # fmt: skip
     args = p.parse_args(argv)
     if args.min_size > args.max_size:
         p.error(
@@ -193,13 +251,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{load:.1f} before it starts{busy}",
         flush=True,
     )
-    results = {}
+    results, loops = {}, {}
+    compute_s = args.compute_us / 1e6
     for world in args.worlds:
         print(f"starting {world} rank processes ...", file=sys.stderr, flush=True)
         with ProcessWorld(world, timeout=300) as w:
             results[world] = w.run(_measure, sizes, args.budget, args.max_reps)[0]
+            if args.loop:
+                print(f"  [{world} ranks] loops ...", file=sys.stderr, flush=True)
+                loops[world] = w.run(_loops, sizes, args.loop, compute_s)[0]
     print()
     print(table(results, args.breakdown))
+    if loops:
+        print()
+        print(loop_table(loops, args.loop, compute_s))
     verdicts = goals(results)
     if verdicts:
         print("\ngoals (README): all_reduce vs gloo, same run")

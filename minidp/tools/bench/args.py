@@ -40,6 +40,7 @@ POSITIVE = math.ulp(0.0)  # the smallest float above 0: ``low=POSITIVE`` means "
 positive_int = number("a positive integer")
 nonnegative_int = number("an integer >= 0", low=0)
 positive_float = number("a positive number", float, POSITIVE)
+nonnegative_float = number("a number >= 0", float, 0)
 world_size = number("a world size of at least 2 ranks", low=2)  # one rank has nobody to talk to
 
 
