@@ -12,7 +12,9 @@ code, sending answers as bytes (``wire.py``); the *judge* (``runner.py``) compar
 """
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -38,19 +40,30 @@ def _entry(rep) -> dict:  # one exercise in the ``--all --json`` report
             "case results": cases}  # fmt: skip
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """While the checks run, whatever any process writes to file descriptor 1 (a C++
+    library's log line, as torch 2.8's gloo prints "[Gloo] Rank 0 is connected to ...")
+    goes to stderr: stdout carries the JSON report alone, for the script that parses it."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _check_all(folder: str | None, deadline: float, generated: int | None, as_json: bool) -> int:
-    base, entries = Path(folder) if folder else STUBS, []
+    base = Path(folder) if folder else STUBS
     if not as_json:
         print(f"checking every exercise in {base}", flush=True)
-    for name in NAMES:
-        path = base / f"{name}.py"
-        entry = _entry(check(find(name), path, deadline, generated)) if path.is_file() else {
-            "exercise": name, "path": str(path), "exit": FAIL, "status": "missing",
-            "passed": 0, "cases": 0, "case results": []}  # fmt: skip
-        entries.append(entry)
-        if not as_json:
-            cases = f"{entry['passed']}/{entry['cases']}"
-            print(f"  {name:<28} {entry['status']:<36} cases {cases}", flush=True)
+        entries = _entries(base, deadline, generated, as_json)
+    else:
+        with _stdout_to_stderr():
+            entries = _entries(base, deadline, generated, as_json)
     score = sum(e["status"] == "pass" for e in entries)
     if as_json:
         report = {"folder": str(base), "score": score, "of": len(entries), "exercises": entries}
@@ -60,6 +73,20 @@ def _check_all(folder: str | None, deadline: float, generated: int | None, as_js
     if score == len(entries):
         return PASS
     return ERROR if any(e["exit"] == ERROR for e in entries) else FAIL
+
+
+def _entries(base: Path, deadline: float, generated: int | None, as_json: bool) -> list[dict]:
+    entries = []
+    for name in NAMES:
+        path = base / f"{name}.py"
+        entry = _entry(check(find(name), path, deadline, generated)) if path.is_file() else {
+            "exercise": name, "path": str(path), "exit": FAIL, "status": "missing",
+            "passed": 0, "cases": 0, "case results": []}  # fmt: skip
+        entries.append(entry)
+        if not as_json:
+            cases = f"{entry['passed']}/{entry['cases']}"
+            print(f"  {name:<28} {entry['status']:<36} cases {cases}", flush=True)
+    return entries
 
 
 def main(argv: list[str] | None = None) -> int:
