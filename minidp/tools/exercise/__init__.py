@@ -5,14 +5,13 @@
     python -m minidp exercise check --all [--dir DIR] [--json]   # a score table (a class)
 
 ``check`` prints each case, the smallest failing one (expected vs got per rank) and the
-classic mistake (a *slip*, ``lessons/exercises/slips/NAME/``) that answers alike. Exit: 0
-pass; 1 a case failed; 2 tampering or no verdict. The *zygote* (``zygote.py``) forks every
-process and kills all they leave; the *sandbox* (``sandbox.py``) alone runs the learner's
-code, sending answers as bytes (``wire.py``); the *judge* (``runner.py``) compares them.
+classic mistake (a *slip*, ``lessons/exercises/slips/NAME/``) that answers alike (exit codes:
+``--help``). The *zygote* (``zygote.py``) forks every process and kills all they leave; the
+*sandbox* (``sandbox.py``) alone runs the learner's code, sending answers as bytes
+(``wire.py``); the *judge* (``runner.py``) compares them.
 """
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -40,53 +39,27 @@ def _entry(rep) -> dict:  # one exercise in the ``--all --json`` report
             "case results": cases}  # fmt: skip
 
 
-@contextlib.contextmanager
-def _stdout_to_stderr():
-    """While the checks run, whatever any process writes to file descriptor 1 (a C++
-    library's log line, as torch 2.8's gloo prints "[Gloo] Rank 0 is connected to ...")
-    goes to stderr: stdout carries the JSON report alone, for the script that parses it."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def _check_all(folder: str | None, deadline: float, generated: int | None, as_json: bool) -> int:
-    base = Path(folder) if folder else STUBS
-    if not as_json:
-        print(f"checking every exercise in {base}", flush=True)
-        entries = _entries(base, deadline, generated, as_json)
-    else:
-        with _stdout_to_stderr():
-            entries = _entries(base, deadline, generated, as_json)
-    score = sum(e["status"] == "pass" for e in entries)
-    if as_json:
-        report = {"folder": str(base), "score": score, "of": len(entries), "exercises": entries}
-        print(json.dumps(report, indent=1, default=str))
-    else:
-        print(f"\nscore: {score}/{len(entries)} exercises pass")
-    if score == len(entries):
-        return PASS
-    return ERROR if any(e["exit"] == ERROR for e in entries) else FAIL
-
-
-def _entries(base: Path, deadline: float, generated: int | None, as_json: bool) -> list[dict]:
-    entries = []
+    base, entries = Path(folder) if folder else STUBS, []
+    out = sys.stderr if as_json else sys.stdout  # --json: stdout is the report's alone, and
+    stdout = os.dup(1)  # fd 1 too, meanwhile (any process's log: torch 2.8's gloo writes there)
+    os.dup2(2 if as_json else stdout, 1)
+    print(f"checking every exercise in {base}", file=out, flush=True)
+    row = "  {exercise:<28} {status:<36} cases {passed}/{cases}"
     for name in NAMES:
-        path = base / f"{name}.py"
-        entry = _entry(check(find(name), path, deadline, generated)) if path.is_file() else {
-            "exercise": name, "path": str(path), "exit": FAIL, "status": "missing",
-            "passed": 0, "cases": 0, "case results": []}  # fmt: skip
-        entries.append(entry)
-        if not as_json:
-            cases = f"{entry['passed']}/{entry['cases']}"
-            print(f"  {name:<28} {entry['status']:<36} cases {cases}", flush=True)
-    return entries
+        p = base / f"{name}.py"
+        entries.append(_entry(check(find(name), p, deadline, generated)) if p.is_file() else {
+            "exercise": name, "path": str(p), "exit": FAIL, "status": "missing",
+            "passed": 0, "cases": 0, "case results": []})  # fmt: skip
+        print(row.format(**entries[-1]), file=out, flush=True)
+    os.dup2(stdout, 1)
+    os.close(stdout)
+    score = sum(e["status"] == "pass" for e in entries)
+    report = {"folder": str(base), "score": score, "of": len(entries), "exercises": entries}
+    text = f"\nscore: {score}/{len(entries)} exercises pass"
+    print(json.dumps(report, indent=1, default=str) if as_json else text)
+    failed = ERROR if any(e["exit"] == ERROR for e in entries) else FAIL
+    return PASS if score == len(entries) else failed
 
 
 def main(argv: list[str] | None = None) -> int:
