@@ -218,13 +218,17 @@ def fsdp_lesson(rank: int, world: int) -> dict:
                 from torch.distributed.fsdp import fully_shard
 
                 model = shard_all(make_model(), fully_shard, mesh=init_device_mesh("cpu", (world,)))
-                original = dist.all_gather_single
+                # (torch 2.11 and before: FSDP2 calls all_gather_into_tensor)
+                name = next(
+                    n for n in ("all_gather_single", "all_gather_into_tensor") if hasattr(dist, n)
+                )
+                original = getattr(dist, name)
 
                 def counted(*args, n=n, original=original, **kwargs):
                     n[0] += 1
                     return original(*args, **kwargs)
 
-                dist.all_gather_single = counted
+                setattr(dist, name, counted)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
             try:
                 with trace.recording() as rec:
@@ -234,7 +238,7 @@ def fsdp_lesson(rank: int, world: int) -> dict:
                         opt.zero_grad()
             finally:
                 if lib != "minidp":
-                    dist.all_gather_single = original
+                    setattr(dist, name, original)
             ours = sum(e["name"].startswith("all-gather") for e in rec.events)
             if lib == "minidp":
                 weights = minidp.fsdp.full_state_dict(model)

@@ -83,7 +83,11 @@ def counted_step(model, opt, x, y) -> dict:
     import torch.distributed as dist
 
     counts = {"all-gather in": 0, "reduce-scatter in": 0, "reduce-scatter out": 0}
-    ag, rs = dist.all_gather_single, dist.reduce_scatter_single
+    # (torch 2.11 and before: FSDP2 calls all_gather_into_tensor / reduce_scatter_tensor)
+    new = hasattr(dist, "all_gather_single")
+    ag_name = "all_gather_single" if new else "all_gather_into_tensor"
+    rs_name = "reduce_scatter_single" if new else "reduce_scatter_tensor"
+    ag, rs = getattr(dist, ag_name), getattr(dist, rs_name)
 
     def ag_counted(output_tensor, input_tensor, *args, **kwargs):
         counts["all-gather in"] += input_tensor.nbytes
@@ -94,14 +98,16 @@ def counted_step(model, opt, x, y) -> dict:
         counts["reduce-scatter out"] += output.nbytes
         return rs(output, input, *args, **kwargs)
 
-    dist.all_gather_single, dist.reduce_scatter_single = ag_counted, rs_counted
+    setattr(dist, ag_name, ag_counted)
+    setattr(dist, rs_name, rs_counted)
     try:
         loss = F.cross_entropy(model(x), y)
         gathered = [n for n, p in model.named_parameters() if type(p).__name__ != "DTensor"]
         loss.backward()
         opt.step()
     finally:
-        dist.all_gather_single, dist.reduce_scatter_single = ag, rs
+        setattr(dist, ag_name, ag)
+        setattr(dist, rs_name, rs)
     return {**counts, "gathered after forward": gathered}
 
 
