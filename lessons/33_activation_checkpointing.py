@@ -219,9 +219,8 @@ def fsdp_lesson(rank: int, world: int) -> dict:
 
                 model = shard_all(make_model(), fully_shard, mesh=init_device_mesh("cpu", (world,)))
                 # (torch 2.11 and before: FSDP2 calls all_gather_into_tensor)
-                name = next(
-                    n for n in ("all_gather_single", "all_gather_into_tensor") if hasattr(dist, n)
-                )
+                new = hasattr(dist, "all_gather_single")
+                name = "all_gather_single" if new else "all_gather_into_tensor"
                 original = getattr(dist, name)
 
                 def counted(*args, n=n, original=original, **kwargs):

@@ -389,7 +389,7 @@ if __name__ == "__main__":
         finally:
             log.handlers = handlers
             shutil.rmtree(folder)  # the dumps were only for fr_trace
-    if records:
+    if records is not None:  # fr_trace ran: what it said must name #2 and rank 1
         said = "\n".join(r.getMessage() for r in records).splitlines()
         found = [ln.strip() for ln in said if "has errors" in ln or "error msg" in ln]
         print("  fr_trace: " + "\n  fr_trace: ".join(found))
